@@ -1,0 +1,39 @@
+# `make setup` installs everything the zoo needs (idempotent: a stamp skips it when nothing changed);
+# `make test` runs the whole test suite; `make quickstart` trains, exports, fetches and evaluates a model.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.zoo-setup-done
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Runs of the test suite and benchmarks use this many threads per process (2-core machines).
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup test quickstart benchmarks manifest clean-cache
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile tools/cxx17
+	@git lfs version >/dev/null 2>&1 || $(SUDO) apt-get install -y -q git-lfs || \
+	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q git-lfs)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel setuptools
+	# torch first and pinned: anything else may pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	# DeepSpeed's build must see the installed torch (isolation would fetch another one).
+	$(BIN)/pip install -q --no-build-isolation deepspeed==0.19.8
+	# Horovod builds from source; its CMake forces C++14, torch needs C++17 (tools/cxx17).
+	@$(BIN)/python -c "import horovod.torch" 2>/dev/null || \
+	  CXX=$(CURDIR)/tools/cxx17 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+	  HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS=-j2 \
+	  $(BIN)/pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q -ra
+
+manifest: setup
+	$(BIN)/zoo manifest
+
+benchmarks: setup
+	$(BIN)/python benchmarks/fetch_throughput.py

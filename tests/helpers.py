@@ -1,0 +1,124 @@
+"""Shared test helpers: real ONNX files, temporary catalogs, the `zoo` CLI in a subprocess, a real LFS server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import requests
+import yaml
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo.store.pointer import pointer_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_onnx(path: Path, n_in: int = 8, n_out: int = 3, seed: int = 0) -> Path:
+    """A real (tiny) linear classifier as ONNX: logits = x @ W + b."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((n_in, n_out)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(n_out).astype(np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "B"], ["logits"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n_in])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n_out])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path
+
+
+def card_dict(name: str, variants: dict[str, dict]) -> dict:
+    return {
+        "name": name,
+        "family": "linear",
+        "task": "classification",
+        "description": "A test entry.",
+        "license": "Apache-2.0",
+        "dataset": {"name": "synthetic-test", "source": "tests/helpers.py", "license": "CC0-1.0",
+                    "splits": {"test": 10}},
+        "preprocessing": ["none"],
+        "inputs": [{"name": "x", "shape": ["batch", 8], "dtype": "float32"}],
+        "outputs": [{"name": "logits", "shape": ["batch", 3], "dtype": "float32", "labels": ["a", "b", "c"]}],
+        "num_params": 27,
+        "training": {"command": "python tests/helpers.py", "seed": 0},
+        "variants": variants,
+    }
+
+
+def write_entry(entries: Path, name: str, n_in: int = 8, seed: int = 0, accuracy: float = 0.9) -> Path:
+    """An entry folder with a real fp32 ONNX file and a card whose sha256/size describe it."""
+    folder = entries / name
+    model = make_onnx(folder / "model.onnx", n_in=n_in, seed=seed)
+    pointer = pointer_for(model)
+    variant = {"file": "model.onnx", "precision": "fp32", "opset": 17, "sha256": pointer.oid,
+               "size": pointer.size, "metrics": {"accuracy": accuracy}}
+    (folder / "card.yaml").write_text(yaml.safe_dump(card_dict(name, {"fp32": variant}), sort_keys=False))
+    return folder
+
+
+def zoo_cli(*args: str, env: dict | None = None, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+    if check and result.returncode != 0:
+        raise AssertionError(f"zoo {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LfsServer:
+    """`zoo serve` (giftless) in its own process on 127.0.0.1, started and stopped by PID."""
+
+    def __init__(self, storage: Path, ranges: bool = True):
+        self.storage = storage
+        self.port = free_port()
+        self.ranges = ranges
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/zoo/models.git/info/lfs"
+
+    def start(self) -> "LfsServer":
+        args = [sys.executable, "-m", "zoo.cli", "serve", "--storage", str(self.storage), "--port", str(self.port)]
+        if not self.ranges:
+            args.append("--no-ranges")
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"LFS server exited: {self.proc.stderr.read().decode()}")
+            try:
+                requests.post(f"{self.url}/objects/batch", json={"operation": "download", "objects": []},
+                              headers={"Accept": "application/vnd.git-lfs+json"}, timeout=2)
+                return self
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        raise RuntimeError("LFS server did not answer within 60 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def object_path(self, oid: str) -> Path:
+        matches = list(self.storage.rglob(oid))
+        assert matches, f"object {oid} not in server storage"
+        return matches[0]

@@ -1,0 +1,113 @@
+"""Cards, catalog, manifest and the CLI's error messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.helpers import card_dict, write_entry, zoo_cli
+from zoo import catalog
+from zoo.cards import load_card
+from zoo.errors import CardError, PointerFileError
+from zoo.store.fetch import require_content
+from zoo.store.pointer import pointer_for
+
+
+def _edit_card(folder, change) -> None:
+    data = yaml.safe_load((folder / "card.yaml").read_text())
+    change(data)
+    (folder / "card.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_unknown_field_names_file_and_field(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    _edit_card(folder, lambda d: d["variants"]["fp32"].update(acuracy=0.5))
+    with pytest.raises(CardError) as exc:
+        load_card(folder / "card.yaml")
+    assert str(folder / "card.yaml") in str(exc.value)
+    assert "variants.fp32.acuracy: unknown field" in str(exc.value)
+    result = zoo_cli("list", env={"ZOO_ENTRIES": str(zoo_env["entries"])})
+    assert result.returncode == 1 and "variants.fp32.acuracy: unknown field" in result.stderr
+
+
+def test_missing_required_field(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    _edit_card(folder, lambda d: d["dataset"].pop("license"))
+    with pytest.raises(CardError, match=r"card.yaml: dataset.license: missing required field"):
+        load_card(folder / "card.yaml")
+
+
+def test_bad_sha_and_half_built_variant(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    _edit_card(folder, lambda d: d["variants"]["fp32"].update(sha256="xyz"))
+    with pytest.raises(CardError, match=r"variants.fp32.sha256"):
+        load_card(folder / "card.yaml")
+    _edit_card(folder, lambda d: d["variants"]["fp32"].pop("sha256"))
+    with pytest.raises(CardError, match=r"sha256 and size are set together"):
+        load_card(folder / "card.yaml")
+
+
+@pytest.mark.parametrize("bad", ["../../outside.onnx", "/etc/passwd", "sub/../../x.onnx"])
+def test_path_traversal_refused(zoo_env, bad):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    _edit_card(folder, lambda d: d["variants"]["fp32"].update(file=bad))
+    with pytest.raises(CardError, match="escapes its entry folder"):
+        load_card(folder / "card.yaml")
+    result = zoo_cli("fetch", "tiny", env={"ZOO_ENTRIES": str(zoo_env["entries"]), "ZOO_HOME": str(zoo_env["home"])})
+    assert result.returncode == 1 and "escapes its entry folder" in result.stderr
+    assert not (zoo_env["home"] / "objects").exists()
+
+
+def test_unknown_model_suggests(zoo_env):
+    folder = zoo_env["entries"] / "bert-base"
+    folder.mkdir()
+    (folder / "card.yaml").write_text(yaml.safe_dump(card_dict("bert-base", {
+        "fp32": {"file": "model.onnx", "precision": "fp32", "opset": 17}})))
+    result = zoo_cli("card", "bert-bse", env={"ZOO_ENTRIES": str(zoo_env["entries"])})
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: unknown model 'bert-bse'; did you mean: bert-base?"
+    unbuilt = zoo_cli("fetch", "bert-base", env={"ZOO_ENTRIES": str(zoo_env["entries"])})
+    assert unbuilt.returncode == 1 and "has not been built or published yet" in unbuilt.stderr
+
+
+def test_pointer_instead_of_content(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    model = folder / "model.onnx"
+    assert require_content(model) == model.resolve()
+    model.write_text(pointer_for(model).text())
+    with pytest.raises(PointerFileError) as exc:
+        require_content(model)
+    message = str(exc.value)
+    assert "is a Git LFS pointer" in message and "`zoo fetch tiny --variant fp32`" in message
+    assert "lfs pull --include" in message
+
+
+def test_cli_list_card_info(zoo_env):
+    write_entry(zoo_env["entries"], "tiny", accuracy=0.875)
+    env = {"ZOO_ENTRIES": str(zoo_env["entries"])}
+    listed = json.loads(zoo_cli("list", "--json", env=env, check=True).stdout)
+    assert [c["name"] for c in listed] == ["tiny"]
+    assert json.loads(zoo_cli("list", "--task", "detection", "--json", env=env, check=True).stdout) == []
+    assert "0.8750" in zoo_cli("card", "tiny", env=env, check=True).stdout
+    info = json.loads(zoo_cli("info", "tiny", "--json", env=env, check=True).stdout)
+    assert info["variants"]["fp32"]["metrics"]["accuracy"] == 0.875
+
+
+def test_manifest_drift_detected(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    env = {"ZOO_ENTRIES": str(zoo_env["entries"])}
+    zoo_cli("manifest", env=env, check=True)
+    assert zoo_cli("manifest", "--check", env=env).returncode == 0
+    _edit_card(folder, lambda d: d["variants"]["fp32"]["metrics"].update(accuracy=0.99))
+    drift = zoo_cli("manifest", "--check", env=env)
+    assert drift.returncode == 1 and "out of date" in drift.stderr
+
+
+def test_committed_manifest_matches_cards(monkeypatch):
+    monkeypatch.delenv("ZOO_ENTRIES", raising=False)
+    catalog.reload()
+    path = catalog.manifest_path()
+    assert path.exists(), "run `zoo manifest` and commit entries/MANIFEST.json"
+    assert path.read_text() == catalog.manifest_text(), "MANIFEST.json drifted from the cards: run `zoo manifest`"

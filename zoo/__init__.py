@@ -1,0 +1,23 @@
+"""zoo: a distributed and quantization-aware training model zoo.
+
+    >>> import zoo
+    >>> zoo.list_models()
+    >>> path = zoo.fetch("bert-mini", variant="int8-qat")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zoo.catalog import get_card, get_entry, list_models
+from zoo.errors import ZooError
+
+__all__ = ["fetch", "get_card", "get_entry", "list_models", "ZooError"]
+__version__ = "0.1.0"
+
+
+def fetch(name: str, variant: str = "fp32", dest: Path | None = None, **kwargs) -> Path:
+    """Path to a verified copy of a model variant (see `zoo fetch`)."""
+    from zoo.store.fetch import fetch as _fetch
+
+    return _fetch(name, variant, dest=dest, **kwargs).path

@@ -1,0 +1,139 @@
+"""The model card schema: what an entry is, where its data came from, and what was measured.
+
+Architecture, weights provenance, preprocessing and measured results are separate sections (as
+timm's pretrained configs separate them). Every measured field is written by code (`zoo build`,
+`zoo import`), never by hand. Unknown and missing fields are errors naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from zoo.errors import CardError
+
+CARD_FILE = "card.yaml"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Dataset(Strict):
+    name: str
+    source: str  # provenance: package, generator or upstream location it was built from
+    license: str
+    splits: dict[str, int]  # split name -> number of examples
+    class_balance: dict[str, int] | None = None  # label -> examples in the training split
+
+
+class Tensor(Strict):
+    name: str
+    shape: list[int | str]  # str = symbolic dimension ("batch")
+    dtype: str
+    labels: list[str] | None = None  # class names, for classifier outputs
+
+
+class Training(Strict):
+    recipe: str | None = None  # recipes/<name>.yaml
+    command: str  # the exact command that produced the weights
+    seed: int | None = None
+    threads: int | None = None
+    build_time_s: float | None = None
+    library_versions: dict[str, str] = Field(default_factory=dict)
+    imported_from: str | None = None  # upstream checkpoint, for imported entries
+
+
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+
+
+class Variant(Strict):
+    file: str  # path inside the entry folder
+    precision: Precision
+    quantization: Literal["none", "qat", "ptq", "dynamic"] = "none"
+    opset: int
+    sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # None: not built yet
+    size: int | None = Field(default=None, ge=0)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    tolerance: float = 0.01  # allowed absolute drop of the primary metric when re-measured
+    extra_opsets: dict[int, str] = Field(default_factory=dict)  # opset -> file, same weights exported again
+
+    @model_validator(mode="after")
+    def _built_together(self) -> "Variant":
+        if (self.sha256 is None) != (self.size is None):
+            raise ValueError("sha256 and size are set together (both measured by `zoo build`) or not at all")
+        return self
+
+    @property
+    def built(self) -> bool:
+        return self.sha256 is not None
+
+
+class ModelCard(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    family: str
+    task: str
+    description: str
+    license: str
+    dataset: Dataset
+    preprocessing: list[str]  # exact steps, in order
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    num_params: int = Field(ge=0)
+    primary_metric: str = "accuracy"
+    training: Training
+    variants: dict[str, Variant]
+
+    @model_validator(mode="after")
+    def _has_fp32(self) -> "ModelCard":
+        if "fp32" not in self.variants:
+            raise ValueError("variants: every entry has an 'fp32' variant (the reference the others are measured against)")
+        return self
+
+    def metric(self, variant: str) -> float | None:
+        return self.variants[variant].metrics.get(self.primary_metric)
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def parse_card(data: object, source: str) -> ModelCard:
+    try:
+        return ModelCard.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            kind = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
+            problems.append(f"{_field_path(err['loc'])}: {kind}")
+        raise CardError(f"{source}: " + "; ".join(problems)) from None
+
+
+def load_card(path: Path) -> ModelCard:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CardError(f"{path}: not valid YAML ({exc.problem if hasattr(exc, 'problem') else exc})") from None
+    card = parse_card(data, str(path))
+    if card.name != path.parent.name:
+        raise CardError(f"{path}: name: '{card.name}' differs from its folder '{path.parent.name}'")
+    for key, variant in card.variants.items():
+        for file in [variant.file, *variant.extra_opsets.values()]:
+            check_inside(path.parent, file, f"{path}: variants.{key}.file")
+    return card
+
+
+def check_inside(entry_dir: Path, file: str, where: str) -> Path:
+    """The file's path, refusing any that escapes its entry folder (absolute paths, `..`, links out)."""
+    target = (entry_dir / file).resolve()
+    if Path(file).is_absolute() or not target.is_relative_to(entry_dir.resolve()):
+        raise CardError(f"{where}: '{file}' escapes its entry folder; card paths must stay inside {entry_dir.name}/")
+    return target
+
+
+def dump_card(card: ModelCard) -> str:
+    return yaml.safe_dump(card.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True, width=110)

@@ -1,0 +1,111 @@
+"""The catalog: one folder per entry under `zoo/entries/`, each described by its card.yaml.
+
+The manifest (entries/MANIFEST.json, like onnx/models' ONNX_HUB_MANIFEST.json) is generated from
+the cards by `zoo manifest`, never hand-edited; `zoo manifest --check` and the tests catch drift.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
+from zoo.config import entries_dir
+from zoo.errors import UnknownModelError, ZooError
+
+MANIFEST_FILE = "MANIFEST.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    card: ModelCard
+    dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+    def variant(self, key: str) -> Variant:
+        if key not in self.card.variants:
+            known = ", ".join(self.card.variants)
+            raise ZooError(f"model '{self.name}' has no variant '{key}'; its variants are: {known}")
+        return self.card.variants[key]
+
+    def variant_path(self, key: str) -> Path:
+        return check_inside(self.dir, self.variant(key).file, f"{self.dir / CARD_FILE}: variants.{key}.file")
+
+
+@cache
+def _load(root: Path) -> dict[str, Entry]:
+    entries = {}
+    if root.is_dir():
+        for card_path in sorted(root.glob(f"*/{CARD_FILE}")):
+            card = load_card(card_path)
+            entries[card.name] = Entry(card, card_path.parent)
+    return entries
+
+
+def entries(root: Path | None = None) -> dict[str, Entry]:
+    return _load((root or entries_dir()).resolve())
+
+
+def reload() -> None:
+    """Forget loaded cards (after a build or publish rewrote them)."""
+    _load.cache_clear()
+
+
+def list_models(task: str | None = None) -> list[str]:
+    return [name for name, e in entries().items() if task is None or e.card.task == task]
+
+
+def get_entry(name: str) -> Entry:
+    catalog = entries()
+    if name in catalog:
+        return catalog[name]
+    close = difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.6)
+    hint = f"; did you mean: {', '.join(close)}?" if close else "; `zoo list` shows the catalog"
+    raise UnknownModelError(f"unknown model '{name}'{hint}")
+
+
+def get_card(name: str) -> ModelCard:
+    return get_entry(name).card
+
+
+def build_manifest(root: Path | None = None) -> list[dict]:
+    root = (root or entries_dir()).resolve()
+    manifest = []
+    for name, entry in entries(root).items():
+        card = entry.card
+        manifest.append({
+            "name": name,
+            "family": card.family,
+            "task": card.task,
+            "num_params": card.num_params,
+            "license": card.license,
+            "dataset": card.dataset.name,
+            "variants": [
+                {
+                    "variant": key,
+                    "path": f"{name}/{v.file}",
+                    "precision": v.precision,
+                    "quantization": v.quantization,
+                    "opset": v.opset,
+                    "sha256": v.sha256,
+                    "size": v.size,
+                    card.primary_metric: v.metrics.get(card.primary_metric),
+                }
+                for key, v in card.variants.items()
+            ],
+        })
+    return manifest
+
+
+def manifest_text(root: Path | None = None) -> str:
+    return json.dumps(build_manifest(root), indent=2, sort_keys=False) + "\n"
+
+
+def manifest_path(root: Path | None = None) -> Path:
+    return (root or entries_dir()) / MANIFEST_FILE

@@ -1,0 +1,155 @@
+"""The `zoo` command line. Every command mirrors a function of the Python API."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from zoo import catalog
+from zoo.errors import ZooError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="zoo: a model zoo whose every number is measured.")
+out = Console()
+err = Console(stderr=True)
+
+
+def _human(size: int | None) -> str:
+    if size is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+def _metric(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@app.command("list")
+def list_cmd(task: Optional[str] = typer.Option(None, help="Only models for this task."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the catalog's models."""
+    names = catalog.list_models(task)
+    if as_json:
+        print(json.dumps([catalog.get_card(n).model_dump(mode="json", exclude_none=True) for n in names], indent=2))
+        return
+    table = Table("name", "task", "family", "params", "variants", "fp32 " + "metric")
+    for name in names:
+        card = catalog.get_card(name)
+        built = [k if v.built else f"{k}*" for k, v in card.variants.items()]
+        table.add_row(name, card.task, card.family, f"{card.num_params:,}", " ".join(built), _metric(card.metric("fp32")))
+    out.print(table)
+    if any(not v.built for n in names for v in catalog.get_card(n).variants.values()):
+        out.print("* not built yet: `zoo build NAME`")
+
+
+@app.command()
+def card(name: str) -> None:
+    """Render a model's card."""
+    c = catalog.get_card(name)
+    out.print(f"[bold]{c.name}[/bold] — {c.task} ({c.family}), {c.num_params:,} parameters, licence {c.license}")
+    out.print(c.description)
+    out.print(f"\n[bold]Dataset[/bold] {c.dataset.name}: {c.dataset.source} (licence {c.dataset.license}); "
+              + ", ".join(f"{k} {v}" for k, v in c.dataset.splits.items()))
+    out.print("[bold]Preprocessing[/bold]")
+    for i, step in enumerate(c.preprocessing, 1):
+        out.print(f"  {i}. {step}")
+    for title, tensors in (("Inputs", c.inputs), ("Outputs", c.outputs)):
+        out.print(f"[bold]{title}[/bold] " + "; ".join(f"{t.name} {t.dtype}{t.shape}" for t in tensors))
+    table = Table("variant", "precision", "quant", "opset", c.primary_metric, "tolerance", "size", "sha256", title="Variants")
+    for key, v in c.variants.items():
+        table.add_row(key, v.precision, v.quantization, str(v.opset), _metric(v.metrics.get(c.primary_metric)),
+                      f"{v.tolerance}", _human(v.size), (v.sha256 or "not built")[:16])
+    out.print(table)
+    t = c.training
+    out.print(f"[bold]Produced by[/bold] {t.command}" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""))
+    if t.library_versions:
+        out.print("  " + ", ".join(f"{k} {v}" for k, v in t.library_versions.items()))
+
+
+@app.command()
+def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """A model's card data and where its files are."""
+    entry = catalog.get_entry(name)
+    data = entry.card.model_dump(mode="json", exclude_none=True)
+    data["entry_dir"] = str(entry.dir)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        out.print_json(json.dumps(data))
+
+
+@app.command()
+def fetch(
+    name: str,
+    variant: str = typer.Option("fp32", help="Variant to fetch (fp32, int8-qat, int8-ptq, fp16, …)."),
+    dest: Optional[Path] = typer.Option(None, help="Also copy the file into this folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    limit_rate: Optional[float] = typer.Option(None, help="Cap the download rate (bytes per second)."),
+) -> None:
+    """Get a model's weights, verified by sha256: checkout, cache, then the configured LFS remotes."""
+    from zoo.store.fetch import fetch as fetch_variant
+
+    result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty())
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    card = catalog.get_card(name)
+    out.print(f"{result.path}")
+    out.print(f"  size {result.size:,} bytes  sha256 {result.sha256}  from {result.source}")
+    out.print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured for the card)")
+
+
+@app.command()
+def publish(name: str, to: str = typer.Option(..., help="LFS Batch API URL or bare repo path.")) -> None:
+    """Upload an entry's built files to an LFS remote and replace them with pointers in the checkout."""
+    from zoo.store.publish import publish as publish_entry
+
+    for p in publish_entry(name, to):
+        out.print(f"{'uploaded' if p.uploaded else 'present '} {p.path.name} {p.sha256[:12]}… {_human(p.size)}")
+
+
+@app.command()
+def manifest(check: bool = typer.Option(False, help="Fail if the committed manifest differs from the cards.")) -> None:
+    """Regenerate entries/MANIFEST.json from the cards (or check it)."""
+    from zoo.store.cache import atomic_write_text
+
+    path, text = catalog.manifest_path(), catalog.manifest_text()
+    if check:
+        if not path.exists() or path.read_text() != text:
+            raise ZooError(f"{path} is out of date with the cards; run `zoo manifest` and commit it")
+        out.print(f"{path}: up to date")
+        return
+    atomic_write_text(path, text)
+    out.print(f"wrote {path}")
+
+
+@app.command()
+def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
+          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8080),
+          no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
+    """Serve an LFS mirror (Batch API, resumable downloads) with giftless."""
+    from zoo.store.serve import serve as run_server
+
+    err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs")
+    run_server(storage, host, port, ranges=not no_ranges)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except ZooError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""LFS remotes: HTTP servers speaking the Git LFS Batch API, and bare repositories on disk.
+
+Downloads stream into a `.part` file, hashing as they go; an interrupted download is resumed
+with an HTTP Range request. Transient failures (connection errors, 5xx, 429) are retried with
+exponential backoff. Nothing here touches the cache: the caller admits verified files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import requests
+
+from zoo.errors import IntegrityError, RemoteError
+from zoo.store.cache import atomic_copy, check_file, object_relpath
+from zoo.store.pointer import CHUNK, Pointer
+
+LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
+Progress = Callable[[int], None]  # called with the bytes done so far
+
+
+class NotOnRemote(Exception):
+    """The remote answered, and it does not hold the object."""
+
+
+class Remote:
+    url: str
+
+    def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
+        """Complete `part` to the verified object, or raise. Returns the byte offset it resumed from."""
+        raise NotImplementedError
+
+    def upload(self, path: Path, pointer: Pointer) -> bool:
+        """Store the object; False when the remote already had it."""
+        raise NotImplementedError
+
+
+def open_remote(url: str, retries: int = 4, rate_limit: float | None = None) -> Remote:
+    parsed = urlparse(url)
+    if parsed.scheme in ("http", "https"):
+        return HttpRemote(url, retries=retries, rate_limit=rate_limit)
+    if parsed.scheme in ("", "file"):
+        return FileRemote(Path(unquote(parsed.path) if parsed.scheme else url).expanduser())
+    raise RemoteError(f"unsupported LFS remote {url!r}: use an http(s):// Batch API URL or a bare repo path")
+
+
+def _hash_existing(part: Path) -> "hashlib._Hash":
+    digest = hashlib.sha256()
+    if part.exists():
+        with open(part, "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+    return digest
+
+
+def _finish(part: Path, digest, pointer: Pointer) -> None:
+    size = part.stat().st_size
+    if size != pointer.size or digest.hexdigest() != pointer.oid:
+        part.unlink(missing_ok=True)  # never resume from bytes that proved wrong
+        raise IntegrityError(
+            f"downloaded object has sha256 {digest.hexdigest()} and {size} bytes, expected {pointer.oid} and "
+            f"{pointer.size} bytes; the remote's copy is corrupt (nothing was cached)"
+        )
+
+
+class FileRemote(Remote):
+    """A bare git repository (or a checkout) used as an LFS store: objects under lfs/objects/aa/bb/<oid>."""
+
+    def __init__(self, root: Path):
+        self.root = root.resolve()
+        self.url = str(self.root)
+        git_dir = self.root / ".git"
+        self.objects = (git_dir if git_dir.is_dir() else self.root) / "lfs" / "objects"
+
+    def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
+        source = self.objects / object_relpath(pointer.oid)
+        if not source.is_file():
+            raise NotOnRemote(f"{self.url}: no object {pointer.oid[:12]}…")
+        part.unlink(missing_ok=True)
+        digest, done = hashlib.sha256(), 0
+        with open(source, "rb") as src, open(part, "wb") as out:
+            while chunk := src.read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+                done += len(chunk)
+                progress(done)
+        _finish(part, digest, pointer)
+        return 0
+
+    def upload(self, path: Path, pointer: Pointer) -> bool:
+        if not self.root.is_dir():
+            raise RemoteError(f"{self.url} does not exist; create it with `git init --bare -b main {self.url}`")
+        target = self.objects / object_relpath(pointer.oid)
+        if target.is_file() and target.stat().st_size == pointer.size:
+            return False
+        check_file(path, pointer)
+        atomic_copy(path, target)
+        return True
+
+
+class HttpRemote(Remote):
+    """A Git LFS server reached through the Batch API (basic transfer adapter)."""
+
+    def __init__(self, url: str, retries: int = 4, rate_limit: float | None = None, backoff: float = 0.5):
+        self.url = url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        self.rate_limit = rate_limit  # bytes per second, None = unlimited
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = "zoo-fetch"
+
+    # -- transport with retries -------------------------------------------------------------
+    def _request(self, method: str, url: str, body: Path | None = None, **kwargs) -> requests.Response:
+        """One request, retried on transient failures. 4xx answers (but 429) are returned, not retried."""
+        last = ""
+        for attempt in range(self.retries):
+            try:
+                with open(body, "rb") if body else contextlib.nullcontext() as data:
+                    response = self.session.request(method, url, data=data, timeout=(10, 60), **kwargs)
+            except requests.RequestException as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 500 and response.status_code != 429:
+                    return response
+                last = f"HTTP {response.status_code}"
+                response.close()
+            if attempt + 1 < self.retries:
+                time.sleep(self.backoff * 2**attempt)
+        raise RemoteError(f"{self.url}: {method} failed after {self.retries} attempts ({last})")
+
+    def batch(self, operation: str, pointers: list[Pointer]) -> dict[str, dict]:
+        body = {
+            "operation": operation,
+            "transfers": ["basic"],
+            "objects": [{"oid": p.oid, "size": p.size} for p in pointers],
+        }
+        headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE}
+        response = self._request("POST", f"{self.url}/objects/batch", json=body, headers=headers)
+        if response.status_code == 404:
+            # Some servers (giftless) answer a whole-batch 404 when an object is unknown.
+            return {}
+        if response.status_code >= 400:
+            raise RemoteError(f"{self.url}: batch {operation} refused: HTTP {response.status_code} {response.text[:200]}")
+        return {obj["oid"]: obj for obj in response.json().get("objects", [])}
+
+    # -- download -------------------------------------------------------------------------
+    def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
+        obj = self.batch("download", [pointer]).get(pointer.oid)
+        action = (obj or {}).get("actions", {}).get("download")
+        if action is None:
+            error = (obj or {}).get("error", {})
+            raise NotOnRemote(f"{self.url}: {error.get('message', 'object not found')} ({pointer.oid[:12]}…)")
+        last = ""
+        for attempt in range(self.retries):
+            try:
+                return self._stream(action, pointer, part, progress)
+            except (requests.RequestException, RemoteError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if attempt + 1 < self.retries:
+                time.sleep(self.backoff * 2**attempt)
+        raise RemoteError(
+            f"{self.url}: download of {pointer.oid[:12]}… failed after {self.retries} attempts ({last}); "
+            f"{part.stat().st_size if part.exists() else 0} bytes kept, the next fetch resumes"
+        )
+
+    def _stream(self, action: dict, pointer: Pointer, part: Path, progress: Progress) -> int:
+        headers = dict(action.get("header", {}))
+        offset = part.stat().st_size if part.exists() else 0
+        if offset >= pointer.size:
+            offset = 0  # a full-size leftover failed verification before: start again
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        with self.session.get(action["href"], headers=headers, stream=True, timeout=(10, 60)) as response:
+            if response.status_code >= 500 or response.status_code == 429:
+                raise RemoteError(f"HTTP {response.status_code}")
+            if response.status_code >= 400:
+                raise RemoteError(f"download refused: HTTP {response.status_code}")
+            if response.status_code == 206 and response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+                mode, digest = "ab", _hash_existing(part)
+            else:  # server ignored the Range header: start over
+                mode, digest, offset = "wb", hashlib.sha256(), 0
+            received = offset
+            started = time.monotonic()
+            with open(part, mode) as out:
+                for chunk in response.iter_content(CHUNK if not self.rate_limit else 64 << 10):
+                    received += len(chunk)
+                    if received > pointer.size:
+                        part.unlink(missing_ok=True)
+                        raise IntegrityError(f"{self.url} sent more than the expected {pointer.size} bytes")
+                    digest.update(chunk)
+                    out.write(chunk)
+                    progress(received)
+                    if self.rate_limit:
+                        ahead = (received - offset) / self.rate_limit - (time.monotonic() - started)
+                        if ahead > 0:
+                            out.flush()
+                            time.sleep(ahead)
+        _finish(part, digest, pointer)
+        return offset
+
+    # -- upload ---------------------------------------------------------------------------
+    def upload(self, path: Path, pointer: Pointer) -> bool:
+        obj = self.batch("upload", [pointer]).get(pointer.oid)
+        if obj is None:
+            raise RemoteError(f"{self.url}: batch upload gave no answer for {pointer.oid[:12]}…")
+        if "error" in obj:
+            raise RemoteError(f"{self.url}: upload refused: {obj['error'].get('message')}")
+        actions = obj.get("actions") or {}
+        if "upload" not in actions:
+            return False  # the server already has it
+        upload = actions["upload"]
+        response = self._request("PUT", upload["href"], body=path, headers=dict(upload.get("header", {})))
+        if response.status_code >= 400:
+            raise RemoteError(f"{self.url}: upload failed: HTTP {response.status_code} {response.text[:200]}")
+        if "verify" in actions:
+            verify = actions["verify"]
+            headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **verify.get("header", {})}
+            response = self._request("POST", verify["href"], json={"oid": pointer.oid, "size": pointer.size}, headers=headers)
+            if response.status_code >= 400:
+                raise RemoteError(f"{self.url}: upload verification failed: HTTP {response.status_code}")
+        return True
