@@ -1,0 +1,76 @@
+"""Offline datasets with deterministic splits: `load_dataset(name) -> Dataset` (train / val / test tensors)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from zoo.errors import ZooError
+
+
+@dataclass
+class Split:
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class Dataset:
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    labels: list[str]
+    source: str  # provenance
+    license: str
+    preprocessing: list[str] = field(default_factory=list)
+
+    @property
+    def input_shape(self) -> list[int]:
+        return list(self.train.x.shape[1:])
+
+    def split(self, name: str) -> Split:
+        if name not in ("train", "val", "test"):
+            raise ZooError(f"unknown split '{name}'; use train, val or test")
+        return getattr(self, name)
+
+    def class_balance(self) -> dict[str, int]:
+        counts = torch.bincount(self.train.y, minlength=len(self.labels)).tolist()
+        return dict(zip(self.labels, counts))
+
+
+_LOADERS: dict[str, Callable[[], Dataset]] = {}
+
+
+def register_dataset(name: str):
+    def decorate(loader: Callable[[], Dataset]):
+        _LOADERS[name] = loader
+        return loader
+
+    return decorate
+
+
+def load_dataset(name: str) -> Dataset:
+    from zoo.data import digits, mnist1d  # noqa: F401  (registers on import)
+
+    if name not in _LOADERS:
+        close = difflib.get_close_matches(name, list(_LOADERS), n=2)
+        raise ZooError(f"unknown dataset '{name}'" + (f"; did you mean: {', '.join(close)}?" if close else
+                                                       f"; known datasets: {', '.join(sorted(_LOADERS))}"))
+    return _LOADERS[name]()
+
+
+def require(module: str, package: str):
+    """Import a dataset's source package, or fail naming what to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ZooError(f"this dataset needs the '{package}' package: run `make setup` or `pip install {package}`") from None

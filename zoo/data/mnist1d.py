@@ -1,0 +1,36 @@
+"""MNIST-1D (Greydanus 2020), generated offline with the `mnist1d` package's own generator."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import torch
+
+from zoo.data import Dataset, Split, register_dataset, require
+
+
+@register_dataset("mnist1d")
+@cache
+def load() -> Dataset:
+    data = require("mnist1d.data", "mnist1d")
+    utils = require("mnist1d.utils", "mnist1d")
+    # The paper's defaults: 5,000 samples, the standard 4000/1000 train/test split, seed 42.
+    args = data.get_dataset_args()
+    raw = data.make_dataset(args)  # get_dataset() would try a download first
+    x_train, y_train = raw["x"].astype(np.float32), raw["y"].astype(np.int64)
+    x_test, y_test = raw["x_test"].astype(np.float32), raw["y_test"].astype(np.int64)
+    # Validation: the last 500 of the 4000 training samples (the generator's order is fixed by its seed).
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return Dataset(
+        name="mnist1d",
+        train=Split(t(x_train[:3500, None, :]), t(y_train[:3500])),
+        val=Split(t(x_train[3500:, None, :]), t(y_train[3500:])),
+        test=Split(t(x_test[:, None, :]), t(y_test)),
+        labels=[str(i) for i in range(10)],
+        source=f"mnist1d {getattr(utils, '__name__', 'mnist1d')} make_dataset(get_dataset_args()) "
+               f"(num_samples={args.num_samples}, train_split={args.train_split}, seed={args.seed})",
+        license="Apache-2.0 (mnist1d)",
+        preprocessing=["generator output used as is (already standardized by make_dataset)",
+                       "shape [batch, 1, 40]", "train 3500 / val 500 (last 500 of the standard 4000) / test 1000"],
+    )

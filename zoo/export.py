@@ -1,0 +1,219 @@
+"""ONNX variants of a trained model, each stamped with the zoo's metadata.
+
+fp32 is exported directly at each opset the recipe lists (onnx.version_converter fails for most
+opset pairs); int8-qat comes from the torchao PT2E converted model through the dynamo exporter
+(QDQ, u8 activations, s8 per-channel weights) with int32 biases so onnxruntime fuses QLinearConv/QGemm;
+int8-ptq is onnxruntime's quantize_static baseline; fp16 keeps fp32 inputs and outputs.
+
+Metadata keys (ModelProto.metadata_props, read back as ORT's custom_metadata_map). ONNX has no
+standard key for compute or accumulation precision, so the zoo defines these:
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import helper, numpy_helper
+
+from zoo.config import REPO_ROOT
+
+# The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
+logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+from zoo.store.pointer import sha256_file
+
+METADATA_KEYS = {
+    "zoo.model": "catalog / architecture name",
+    "zoo.variant": "fp32 | fp16 | int8-qat | int8-ptq",
+    "zoo.precision.weights": "storage type of the weights (fp32, fp16, int8)",
+    "zoo.precision.activations": "type of activations between ops (fp32, fp16, uint8)",
+    "zoo.precision.compute": "arithmetic the kernels are meant to use (fp32, fp16, int8 u8xs8)",
+    "zoo.precision.accumulation": "accumulator type (fp32, int32)",
+    "zoo.quantization": "none, or the scheme: tool, granularity, symmetry, activation/weight types",
+    "zoo.source_sha256": "for derived variants: sha256 of the fp32 ONNX file they were made from",
+    "zoo.recipe": "recipe name",
+    "zoo.recipe_sha256": "sha256 of the resolved recipe (after overrides)",
+    "zoo.git_commit": "commit of the zoo that produced the file ('-dirty' if uncommitted changes)",
+    "zoo.opset": "default-domain opset of the file",
+}
+__doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
+
+PRECISION_METADATA = {
+    "fp32": {"zoo.precision.weights": "fp32", "zoo.precision.activations": "fp32",
+             "zoo.precision.compute": "fp32", "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"},
+    "fp16": {"zoo.precision.weights": "fp16", "zoo.precision.activations": "fp16",
+             "zoo.precision.compute": "fp16", "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"},
+    "int8-qat": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
+                 "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
+                 "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor affine, "
+                                     "weights s8 per-channel symmetric, biases int32"},
+    "int8-ptq": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
+                 "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
+                 "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, activations u8 "
+                                     "per-tensor, weights s8 per-channel, reduce_range"},
+}
+
+
+def git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _atomic_save(model: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def stamp(path: Path, variant: str, common: dict[str, str], source: Path | None = None) -> Path:
+    """Write the zoo's metadata into an ONNX file (replacing any it had), then check the file."""
+    model = onnx.load(str(path))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    props = {**common, **PRECISION_METADATA[variant], "zoo.variant": variant, "zoo.opset": str(opset)}
+    if source is not None:
+        props["zoo.source_sha256"] = sha256_file(source)
+    del model.metadata_props[:]
+    for key in sorted(props):
+        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))
+    onnx.checker.check_model(model, full_check=True)
+    return _atomic_save(model, path)
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+
+
+def export_fp32(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int,
+                input_name: str = "input", output_name: str = "logits") -> Path:
+    """The TorchScript exporter writes exactly the requested opset (the dynamo one starts at 18 and converts)."""
+    model.eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".export.tmp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
+                          input_names=[input_name], output_names=[output_name],
+                          dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}})
+    os.replace(tmp, path)
+    return path
+
+
+def export_int8_qat(converted: torch.nn.Module, example: torch.Tensor, path: Path,
+                    input_name: str = "input", output_name: str = "logits") -> Path:
+    """The PT2E-converted model through the dynamo exporter (QDQ), biases then quantized to int32."""
+    batch = torch.export.Dim("batch", min=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(converted, (example,), dynamo=True, input_names=[input_name],
+                                    output_names=[output_name], dynamic_shapes=({0: batch},), verbose=False)
+    return _atomic_save(quantize_biases(program.model_proto), path)
+
+
+def quantize_biases(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Give Conv/Gemm fp32 biases a DequantizeLinear from int32 (scale = x_scale * w_scale, zero point 0).
+
+    onnxruntime only fuses DQ -> Conv/Gemm -> Q into QLinearConv / QGemm when the bias is int32 behind a
+    DQ node (as its own quantizer writes it); PT2E leaves biases in fp32, which would keep fp32 kernels.
+    """
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {out: node for node in model.graph.node for out in node.output}
+    added_inits, added_nodes, replaced = [], [], set()
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or node.input[2] not in inits:
+            continue
+        dq_x, dq_w = producer.get(node.input[0]), producer.get(node.input[1])
+        if not (dq_x and dq_w and dq_x.op_type == dq_w.op_type == "DequantizeLinear"):
+            continue
+        x_scale = numpy_helper.to_array(inits[dq_x.input[1]])
+        w_scale = numpy_helper.to_array(inits[dq_w.input[1]])
+        bias = numpy_helper.to_array(inits[node.input[2]])
+        scale = np.broadcast_to((x_scale * w_scale).astype(np.float32), bias.shape).copy()
+        q_bias = np.clip(np.round(bias / scale), -(2**31), 2**31 - 1).astype(np.int32)
+        name = node.input[2]
+        added_inits += [numpy_helper.from_array(q_bias, f"{name}.int32"), numpy_helper.from_array(scale, f"{name}.scale"),
+                        numpy_helper.from_array(np.zeros(bias.shape, np.int32), f"{name}.zero_point")]
+        added_nodes.append(helper.make_node("DequantizeLinear", [f"{name}.int32", f"{name}.scale", f"{name}.zero_point"],
+                                            [f"{name}.dequantized"], axis=0, name=f"{name}.DequantizeLinear"))
+        replaced.add(name)
+        node.input[2] = f"{name}.dequantized"
+    if added_nodes:
+        kept = [i for i in model.graph.initializer if i.name not in replaced]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept + added_inits)
+        model.graph.node.extend(added_nodes)
+        topological_sort(model.graph)
+    return model
+
+
+def topological_sort(graph: onnx.GraphProto) -> None:
+    """Reorder nodes so each comes after the producers of its inputs (the checker requires it)."""
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [n for n in pending if all(i in available for i in n.input)]
+        if not ready:
+            raise ValueError("graph has a cycle or an input nobody produces")
+        for node in ready:
+            ordered.append(node)
+            available.update(node.output)
+        taken = {id(n) for n in ready}
+        pending = [n for n in pending if id(n) not in taken]
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+class _Calibration:
+    """onnxruntime CalibrationDataReader over fixed batches."""
+
+    def __init__(self, input_name: str, batches: list[np.ndarray]):
+        self._items: Iterator = iter([{input_name: b} for b in batches])
+
+    def get_next(self):
+        return next(self._items, None)
+
+
+def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path) -> Path:
+    """Post-training static quantization with onnxruntime: the baseline QAT is compared against."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
+    tmp, prepared = path.with_suffix(".ptq.tmp"), path.with_suffix(".pre.tmp")
+    quant_pre_process(str(fp32_path), str(prepared))  # shape inference + folding, as ORT recommends
+    quantize_static(str(prepared), str(tmp), _Calibration(input_name, calibration), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
+                    calibrate_method=CalibrationMethod.MinMax)
+    prepared.unlink()
+    os.replace(tmp, path)
+    return path
+
+
+def export_fp16(fp32_path: Path, path: Path) -> Path:
+    """fp16 weights and compute, fp32 inputs/outputs (Cast at the edges) so callers feed the same arrays."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
+    topological_sort(model.graph)  # the converter appends its input Casts at the end
+    return _atomic_save(model, path)

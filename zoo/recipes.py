@@ -1,0 +1,153 @@
+"""Recipes: pure data (recipes/*.yaml) validated by a schema, with `key=value` command-line overrides.
+
+A wrong key or value is an error naming the recipe file and the field. The schema already names
+every parallelism the launchers will implement, so one recipe runs under any of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from zoo.cards import _field_path
+from zoo.config import REPO_ROOT
+from zoo.errors import CardError, ZooError
+
+RECIPES_DIR = REPO_ROOT / "recipes"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Optimizer(Strict):
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.9, ge=0)  # sgd only
+
+
+class Schedule(Strict):
+    name: Literal["constant", "cosine"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+
+
+class Quantization(Strict):
+    scheme: Literal["none", "qat-int8"] = "none"
+    # QAT fine-tunes the trained fp32 model with fake quantization for this many optimizer steps.
+    qat_steps: int = Field(100, ge=1)
+    qat_lr: float = Field(1e-4, gt=0)
+    start_from: Literal["train", "fetch"] = "train"  # train fp32 first, or start from the zoo's fp32 weights
+    max_accuracy_drop: float = Field(0.005, ge=0)  # int8 vs fp32 bound (absolute, 0.005 = 0.5 points)
+    calibration_batches: int = Field(8, ge=1)  # for the PTQ baseline
+
+
+class Parallelism(Strict):
+    strategy: Literal["ddp", "fsdp", "zero1", "zero2", "zero3", "horovod", "tp", "pp", "dp-tp", "pp-dp"] = "ddp"
+    micro_batch_size: int | None = Field(None, ge=1)  # per-rank; gradient accumulation makes up the rest
+
+
+class Export(Strict):
+    variants: list[Literal["fp32", "fp16", "int8-qat", "int8-ptq"]] = ["fp32"]
+    opsets: list[int] = [17]
+
+    @model_validator(mode="after")
+    def _check(self) -> "Export":
+        bad = [o for o in self.opsets if not 13 <= o <= 20]
+        if bad:
+            raise ValueError(f"opsets {bad} unsupported: per-channel QDQ needs >= 13, ORT 1.19 runs <= 20")
+        return self
+
+
+class Checkpoint(Strict):
+    interval_steps: int = Field(0, ge=0)  # 0: no checkpoints
+
+
+class Tracking(Strict):
+    enabled: bool = True
+    experiment: str = "zoo"
+    uri: str | None = None  # default: sqlite database under $ZOO_HOME
+
+
+class Recipe(Strict):
+    name: str
+    description: str = ""
+    model: str
+    dataset: str | None = None  # default: the model's own dataset
+    optimizer: Optimizer = Optimizer()
+    schedule: Schedule = Schedule()
+    epochs: float | None = Field(None, gt=0)
+    steps: int | None = Field(None, ge=1)
+    global_batch_size: int = Field(64, ge=1)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    quantization: Quantization = Quantization()
+    parallelism: Parallelism = Parallelism()
+    backend: Literal["auto", "gloo", "nccl", "ccl"] = "auto"
+    export: Export = Export()
+    seed: int = 0
+    checkpoint: Checkpoint = Checkpoint()
+    tracking: Tracking = Tracking()
+    eval_split: Literal["val", "test"] = "test"
+
+    @model_validator(mode="after")
+    def _length(self) -> "Recipe":
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError("set exactly one of 'epochs' and 'steps'")
+        if self.quantization.scheme == "none" and {"int8-qat"} & set(self.export.variants):
+            raise ValueError("export.variants: int8-qat needs quantization.scheme: qat-int8")
+        return self
+
+    def digest(self) -> str:
+        """sha256 of the resolved recipe (after overrides): what exported files record."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def recipe_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = RECIPES_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+    raise ZooError(f"unknown recipe '{name_or_path}'; known recipes: {known} (or pass a path to a .yaml file)")
+
+
+def _set_dotted(data: dict, key: str, value: object, source: str) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise CardError(f"{source}: override '{key}': '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None, **fields: object) -> Recipe:
+    """The recipe, with `key=value` overrides (dotted keys, YAML values) and explicit fields applied."""
+    path = recipe_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise CardError(f"{path}: not valid YAML ({exc})") from None
+    for item in overrides or []:
+        if "=" not in item:
+            raise CardError(f"{path}: override '{item}' must look like key=value (e.g. optimizer.lr=0.01)")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw), str(path))
+    for key, value in fields.items():
+        if value is not None:
+            _set_dotted(data, key, value, str(path))
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            kind = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
+            problems.append(f"{_field_path(err['loc'])}: {kind}")
+        raise CardError(f"{path}: " + "; ".join(problems)) from None

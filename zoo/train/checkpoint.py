@@ -1,0 +1,60 @@
+"""Checkpoints with torch.distributed.checkpoint (DCP): sharding-aware, resumable, never half-written.
+
+Layout: <dir>/<phase>/step_<N>/ holds the DCP files, each rank's RNG state, and a COMPLETE marker
+written by rank 0 after every rank finished. Only complete checkpoints are ever loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from zoo.train.distributed import DistContext
+
+COMPLETE = "COMPLETE"
+
+
+def _step_dirs(root: Path, phase: str) -> list[tuple[int, Path]]:
+    found = []
+    for path in (root / phase).glob("step_*") if (root / phase).is_dir() else []:
+        m = re.fullmatch(r"step_(\d+)", path.name)
+        if m and (path / COMPLETE).exists():
+            found.append((int(m[1]), path))
+    return sorted(found)
+
+
+def save(root: Path, phase: str, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         ctx: DistContext, keep: int = 2) -> Path:
+    target = root / phase / f"step_{step}"
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))
+    torch.save(torch.get_rng_state(), target / f"rng_rank{ctx.rank}.pt")
+    ctx.barrier()
+    if ctx.is_main:
+        (target / COMPLETE).write_text(f"{step}\n")
+        for _, old in _step_dirs(root, phase)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    ctx.barrier()
+    return target
+
+
+def load_latest(root: Path, phase: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                ctx: DistContext) -> int:
+    """Restore the newest complete checkpoint of `phase`; returns its step (0 when there is none)."""
+    found = _step_dirs(root, phase)
+    if not found:
+        return 0
+    step, path = found[-1]
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    rng = path / f"rng_rank{ctx.rank}.pt"
+    if rng.exists():
+        torch.set_rng_state(torch.load(rng))
+    return step

@@ -1,0 +1,65 @@
+"""What every launcher shares: arguments, recipe loading, process group, clean one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from zoo.errors import ZooError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Train a zoo model with a recipe.",
+                                     epilog="Extra key=value arguments override recipe fields, e.g. steps=50 optimizer.lr=0.01")
+    parser.add_argument("--recipe", default="qat-int8", help="recipe name (recipes/NAME.yaml) or path")
+    parser.add_argument("--model", help="override the recipe's model")
+    parser.add_argument("--backend", choices=["auto", "gloo", "nccl", "ccl"], help="override the recipe's backend")
+    parser.add_argument("--output-dir", type=Path, help="where exports, checkpoints and summary.json go "
+                                                        "(default runs/<model>-<recipe>)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite under $ZOO_HOME)")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help="key=value recipe overrides")
+    return parser.parse_args(argv)
+
+
+def launch(wrap, launcher: str, argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ctx = None
+    try:
+        from zoo.recipes import load_recipe
+        from zoo.models import model_spec
+        from zoo.train.distributed import init_distributed, shutdown
+        from zoo.train.trainer import run
+
+        overrides = list(args.overrides)
+        if args.no_tracking:
+            overrides.append("tracking.enabled=false")
+        recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
+        model_spec(recipe.model)  # unknown models fail before any process group exists
+        ctx = init_distributed(recipe.backend)
+        summary = run(recipe, ctx, wrap, args.output_dir, args.resume, args.tracking_uri, launcher)
+        if summary is not None:
+            _report(summary, args.output_dir)
+        shutdown(ctx)
+    except ZooError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
+def _report(summary: dict, output_dir: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("variant", "file", "opset", "accuracy", "drop vs fp32", "int8 kernels",
+                  title=f"{summary['model']} / {summary['recipe']} ({summary['world_size']} process(es), {summary['backend']})")
+    for key, v in summary["variants"].items():
+        drop = v.get("accuracy_drop")
+        table.add_row(key, v["file"], str(v["opset"]), f"{v['accuracy']:.4f}", "-" if drop is None else f"{drop:+.4f}",
+                      ", ".join(v.get("int8_kernels", [])) or "-")
+    Console(stderr=True).print(table)
+    print(json.dumps({"summary": str(Path(output_dir or "runs") / "summary.json") if output_dir else None,
+                      "variants": {k: v["accuracy"] for k, v in summary["variants"].items()}}))

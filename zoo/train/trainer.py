@@ -1,0 +1,266 @@
+"""The one training loop. Launchers choose a parallel wrapper and call `run`; nothing else trains.
+
+Global batch size is fixed by the recipe whatever the world size: each step every rank takes its
+contiguous slice of the same seeded global batch, in micro-batches (gradient accumulation), and the
+loss is scaled so mean-reduced gradients equal the 1-process gradient of the global batch. So 1 and
+N processes train the same model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from zoo.data import Dataset, load_dataset
+from zoo.errors import ZooError
+from zoo.models import build_model, count_params, model_spec
+from zoo.recipes import Recipe
+from zoo.train import checkpoint
+from zoo.train.distributed import DistContext
+
+Wrapper = Callable[[torch.nn.Module, DistContext], torch.nn.Module]
+
+
+def no_wrap(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
+    return model
+
+
+@dataclass
+class Phase:
+    name: str  # "fp32" or "qat"
+    steps: int
+    lr: float
+    warmup_steps: int
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def lr_at(step: int, phase: Phase, schedule: str) -> float:
+    if step < phase.warmup_steps:
+        return phase.lr * (step + 1) / phase.warmup_steps
+    if schedule == "constant":
+        return phase.lr
+    progress = (step - phase.warmup_steps) / max(1, phase.steps - phase.warmup_steps)
+    return phase.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class BatchPlan:
+    """Which examples each rank sees at each step: seeded, identical on every rank."""
+
+    def __init__(self, n: int, global_batch: int, ctx: DistContext, seed: int, micro_batch: int | None):
+        if global_batch % ctx.world_size:
+            raise ZooError(f"global_batch_size {global_batch} is not divisible by the world size {ctx.world_size}; "
+                           "pick a multiple so every rank gets the same share")
+        if global_batch > n:
+            raise ZooError(f"global_batch_size {global_batch} exceeds the {n} training examples")
+        self.n, self.global_batch, self.ctx, self.seed = n, global_batch, ctx, seed
+        self.per_rank = global_batch // ctx.world_size
+        self.micro = min(micro_batch or self.per_rank, self.per_rank)
+        self.steps_per_epoch = n // global_batch  # the last partial batch is dropped
+
+    def rank_indices(self, step: int, salt: int) -> torch.Tensor:
+        epoch, position = divmod(step, self.steps_per_epoch)
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + salt * 10_007 + epoch)
+        order = torch.randperm(self.n, generator=generator)
+        batch = order[position * self.global_batch:(position + 1) * self.global_batch]
+        return batch[self.ctx.rank * self.per_rank:(self.ctx.rank + 1) * self.per_rank]
+
+    def micro_batches(self, step: int, salt: int) -> list[torch.Tensor]:
+        return list(self.rank_indices(step, salt).split(self.micro))
+
+
+def _autocast(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
+def _progress(ctx: DistContext, label: str, total: int):
+    if not ctx.is_main:
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("loss {task.fields[loss]:.4f}  {task.fields[rate]:.0f} samples/s"),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+
+def train_phase(phase: Phase, model: torch.nn.Module, wrap: Wrapper, recipe: Recipe, data: Dataset,
+                ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool) -> torch.nn.Module:
+    """Train `model` in place for `phase.steps` optimizer steps under the recipe's parallel wrapper."""
+    wrapped = wrap(model, ctx)
+    params = [p for p in wrapped.parameters() if p.requires_grad]
+    opt = recipe.optimizer
+    if opt.name == "adamw":
+        optimizer = torch.optim.AdamW(params, lr=phase.lr, weight_decay=opt.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(params, lr=phase.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+    scaler = torch.amp.GradScaler(ctx.device.type, enabled=recipe.precision == "fp16")
+    plan = BatchPlan(len(data.train), recipe.global_batch_size, ctx, recipe.seed, recipe.parallelism.micro_batch_size)
+    salt = 0 if phase.name == "fp32" else 1
+
+    start = checkpoint.load_latest(ckpt_dir, phase.name, wrapped, optimizer, ctx) if (resume and ckpt_dir) else 0
+    if start and ctx.is_main:
+        print(f"[{phase.name}] resumed from the checkpoint at step {start}", flush=True)
+    interval = recipe.checkpoint.interval_steps
+    fault = _fault_step(ctx)
+    x_all, y_all = data.train.x, data.train.y
+    wrapped.train()
+    begin = time.perf_counter()
+    with _progress(ctx, f"{phase.name} training", phase.steps) as bar:
+        task = bar.add_task(f"[{phase.name}] {recipe.model}", total=phase.steps, completed=start, loss=float("nan"),
+                            rate=0.0) if bar else None
+        for step in range(start, phase.steps):
+            if fault is not None and step == fault:
+                os._exit(13)  # fault injection for the restart tests (ZOO_FAULT_INJECT)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, phase, recipe.schedule.name)
+            micro = plan.micro_batches(step, salt)
+            step_loss = torch.zeros((), dtype=torch.float64)
+            for i, idx in enumerate(micro):
+                sync = contextlib.nullcontext() if i == len(micro) - 1 or not hasattr(wrapped, "no_sync") else wrapped.no_sync()
+                with sync:
+                    with _autocast(recipe.precision, ctx.device):
+                        logits = wrapped(x_all[idx].to(ctx.device))
+                    loss_sum = F.cross_entropy(logits.float(), y_all[idx].to(ctx.device), reduction="sum")
+                    # Gradients are mean-reduced over ranks: scale so the result is the global-batch mean.
+                    scaler.scale(loss_sum * (ctx.world_size / recipe.global_batch_size)).backward()
+                step_loss += loss_sum.detach().double()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            if ctx.distributed:
+                torch.distributed.all_reduce(step_loss)
+            loss = float(step_loss) / recipe.global_batch_size
+            phase.losses.append(loss)
+            tracker.metric(f"{phase.name}/loss", loss, step)
+            if bar is not None:
+                elapsed = time.perf_counter() - begin
+                bar.update(task, advance=1, loss=loss, rate=(step + 1 - start) * recipe.global_batch_size / max(elapsed, 1e-9))
+            if ckpt_dir and interval and ((step + 1) % interval == 0 or step + 1 == phase.steps):
+                checkpoint.save(ckpt_dir, phase.name, step + 1, wrapped, optimizer, ctx)
+    phase.seconds = time.perf_counter() - begin
+    wrapped.eval()
+    return model
+
+
+def _fault_step(ctx: DistContext) -> int | None:
+    """`ZOO_FAULT_INJECT=rank:step` kills that rank at that step on the first attempt only."""
+    spec = os.environ.get("ZOO_FAULT_INJECT")
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return None
+    rank, step = (int(v) for v in spec.split(":"))
+    return step if rank == ctx.rank else None
+
+
+@torch.no_grad()
+def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+def library_versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__}
+    with contextlib.suppress(ImportError):
+        import torchao
+
+        versions["torchao"] = torchao.__version__
+    return versions
+
+
+def steps_for(recipe: Recipe, n_train: int) -> int:
+    if recipe.steps is not None:
+        return recipe.steps
+    return max(1, round(recipe.epochs * (n_train // recipe.global_batch_size)))
+
+
+def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: Path | None = None,
+        resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp") -> dict | None:
+    """Train (fp32, then QAT when the recipe asks), export every variant and measure it. Rank 0 returns the summary."""
+    from zoo.train.qat import convert_qat, prepare_qat
+
+    torch.manual_seed(recipe.seed)
+    np.random.seed(recipe.seed)
+    torch.use_deterministic_algorithms(True)
+    spec = model_spec(recipe.model)
+    data = load_dataset(recipe.dataset or spec.dataset)
+    model = build_model(recipe.model, num_classes=len(data.labels)).to(ctx.device)
+    output_dir = Path(output_dir or Path("runs") / f"{recipe.model}-{recipe.name}")
+    ckpt_dir = output_dir / "checkpoints" if recipe.checkpoint.interval_steps else None
+    if ctx.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    ctx.barrier()
+
+    tracker = _make_tracker(recipe, ctx, tracking_uri, launcher)
+    started = time.perf_counter()
+    try:
+        phases = [Phase("fp32", steps_for(recipe, len(data.train)), recipe.optimizer.lr, recipe.schedule.warmup_steps)]
+        train_phase(phases[0], model, wrap, recipe, data, ctx, tracker, ckpt_dir, resume)
+        model.eval()
+        eval_split = data.split(recipe.eval_split)
+        torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)}
+        converted = None
+        if recipe.quantization.scheme == "qat-int8":
+            q = recipe.quantization
+            prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
+            phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
+            train_phase(phases[1], prepared, wrap, recipe, data, ctx, tracker, ckpt_dir, resume)
+            converted = convert_qat(prepared)
+            torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
+        for name, value in torch_metrics.items():
+            tracker.metric(f"torch/{name}/accuracy", value, 0)
+        summary = None
+        if ctx.is_main:
+            from zoo.train.variants import export_variants
+
+            variants = export_variants(recipe, model, converted, data, output_dir)
+            summary = {
+                "model": recipe.model, "recipe": recipe.name, "recipe_sha256": recipe.digest(),
+                "launcher": launcher, "world_size": ctx.world_size, "backend": ctx.backend or "none",
+                "threads": torch.get_num_threads(), "seed": recipe.seed, "num_params": count_params(model),
+                "dataset": data.name, "eval_split": recipe.eval_split,
+                "phases": {p.name: {"steps": p.steps, "seconds": round(p.seconds, 3), "first_loss": p.losses[0] if p.losses else None,
+                                    "final_loss": p.losses[-1] if p.losses else None} for p in phases},
+                "torch_accuracy": torch_metrics, "variants": variants,
+                "wall_seconds": round(time.perf_counter() - started, 3),
+                "library_versions": library_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},
+            }
+            torch.save(model.state_dict(), output_dir / "model.pt")
+            _write_json(output_dir / "summary.json", summary)
+            for key, v in variants.items():
+                tracker.metric(f"onnx/{key}/accuracy", v["accuracy"], 0)
+            tracker.artifacts([output_dir / v["file"] for v in variants.values()] + [output_dir / "summary.json"])
+        tracker.finish()
+        return summary
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+
+
+def _make_tracker(recipe: Recipe, ctx: DistContext, uri: str | None, launcher: str):
+    from zoo.train.tracking import Tracker
+
+    enabled = ctx.is_main and recipe.tracking.enabled
+    return Tracker(enabled, uri or recipe.tracking.uri, recipe.tracking.experiment, f"{recipe.model}-{recipe.name}",
+                   {"recipe": recipe.model_dump(mode="json"), "launcher": launcher, "world_size": ctx.world_size})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from zoo.store.cache import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
