@@ -135,11 +135,17 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None, **fields:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise CardError(f"{path}: not valid YAML ({exc})") from None
+    overridden = set()
     for item in overrides or []:
         if "=" not in item:
             raise CardError(f"{path}: override '{item}' must look like key=value (e.g. optimizer.lr=0.01)")
         key, raw = item.split("=", 1)
+        overridden.add(key.strip())
         _set_dotted(data, key.strip(), yaml.safe_load(raw), str(path))
+    # Training length is one choice: overriding steps replaces the recipe's epochs, and vice versa.
+    for given, other in (("steps", "epochs"), ("epochs", "steps")):
+        if given in overridden and other not in overridden:
+            data.pop(other, None)
     for key, value in fields.items():
         if value is not None:
             _set_dotted(data, key, value, str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def launch(wrap, launcher: str, argv: list[str] | None = None) -> None:
         recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
         model_spec(recipe.model)  # unknown models fail before any process group exists
         ctx = init_distributed(recipe.backend)
-        summary = run(recipe, ctx, wrap, args.output_dir, args.resume, args.tracking_uri, launcher)
+        # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
+        resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+        summary = run(recipe, ctx, wrap, args.output_dir, resume, args.tracking_uri, launcher)
         if summary is not None:
             _report(summary, args.output_dir)
         shutdown(ctx)

@@ -1,0 +1,158 @@
+"""The trainer through its real launchers: torchrun multi-process, QAT int8 in onnxruntime, restarts, MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+
+from tests.helpers import REPO, free_port
+from zoo.evaluate import INT8_KERNELS, kernel_types
+from zoo.export import METADATA_KEYS, read_metadata
+from zoo.store.pointer import sha256_file
+
+LAUNCHER = str(REPO / "launchers" / "ddp.py")
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+QUICK = ["steps=24", "quantization.scheme=none", "export.variants=[fp32]", "export.opsets=[17]"]
+
+
+def _env(tmp_path: Path, **extra) -> dict:
+    return {**os.environ, "ZOO_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1", **extra}
+
+
+def train(tmp_path: Path, out: str, *args: str, nproc: int | None = None, extra_env: dict | None = None,
+          torchrun_args: tuple = (), check: bool = True) -> subprocess.CompletedProcess:
+    if nproc is None:
+        cmd = [sys.executable, LAUNCHER]
+    else:
+        cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", *torchrun_args, LAUNCHER]
+    cmd += ["--output-dir", str(tmp_path / out), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, **(extra_env or {})), timeout=600,
+                            cwd=tmp_path)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+def _state(tmp_path: Path, out: str) -> dict:
+    return torch.load(tmp_path / out / "model.pt")
+
+
+def _max_rel_diff(a: dict, b: dict) -> float:
+    return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-8)).max()) if a[k].is_floating_point() else 0.0 for k in a)
+
+
+def test_two_processes_match_one(tmp_path):
+    train(tmp_path, "one", "--recipe", "fp32", "--no-tracking", *QUICK)
+    train(tmp_path, "two", "--recipe", "fp32", "--no-tracking", *QUICK, nproc=2)
+    one, two = _state(tmp_path, "one"), _state(tmp_path, "two")
+    assert set(one) == set(two)
+    assert max(float((one[k] - two[k]).abs().max()) for k in one) <= 1e-5
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    assert summary["phases"]["fp32"]["final_loss"] < summary["phases"]["fp32"]["first_loss"]
+    # gradient accumulation (micro-batches of 8) gives the same model too
+    train(tmp_path, "accum", "--recipe", "fp32", "--no-tracking", *QUICK, "parallelism.micro_batch_size=8", nproc=2)
+    assert max(float((one[k] - _state(tmp_path, "accum")[k]).abs().max()) for k in one) <= 1e-5
+
+
+def test_qat_int8_runs_int8_kernels_within_bound(tmp_path):
+    result = train(tmp_path, "qat", "--recipe", "qat-int8", "--no-tracking", "quantization.qat_steps=40", nproc=2)
+    summary = json.loads((tmp_path / "qat" / "summary.json").read_text())
+    variants = summary["variants"]
+    assert set(variants) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    qat = tmp_path / "qat" / variants["int8-qat"]["file"]
+    assert kernel_types(qat) & INT8_KERNELS, "QAT model must run on int8 kernels"
+    assert variants["int8-qat"]["within_bound"], variants
+    assert variants["fp32"]["accuracy"] > 0.9
+    assert variants["fp32"]["extra_opsets"]["13"]["agreement_with_primary"] == 1.0
+    fp32 = tmp_path / "qat" / "model.onnx"
+    meta = read_metadata(qat)
+    assert set(METADATA_KEYS) <= set(meta)
+    assert meta["zoo.source_sha256"] == sha256_file(fp32)
+    assert meta["zoo.precision.accumulation"] == "int32" and meta["zoo.recipe"] == "qat-int8"
+    assert read_metadata(fp32)["zoo.precision.compute"] == "fp32"
+    assert "loss" in result.stderr  # rank 0's progress bar
+
+
+def test_killed_rank_restarts_and_resumes_to_same_weights(tmp_path):
+    args = ["--recipe", "fp32", "--no-tracking", *QUICK, "checkpoint.interval_steps=5"]
+    train(tmp_path, "clean", *args, nproc=2)
+    crashed = train(tmp_path, "crashed", *args, nproc=2, torchrun_args=("--max-restarts", "1"),
+                    extra_env={"ZOO_FAULT_INJECT": "1:12"})
+    assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
+    clean, resumed = _state(tmp_path, "clean"), _state(tmp_path, "crashed")
+    assert all(torch.equal(clean[k], resumed[k]) for k in clean)
+    # --resume after a finished run trains nothing more and lands on the same weights
+    again = train(tmp_path, "crashed", *args, "--resume", nproc=2)
+    assert "resumed from the checkpoint at step 24" in again.stdout + again.stderr
+    assert all(torch.equal(clean[k], _state(tmp_path, "crashed")[k]) for k in clean)
+
+
+def test_same_seed_same_threads_same_onnx_bytes(tmp_path):
+    train(tmp_path, "a", "--recipe", "fp32", "--no-tracking", *QUICK)
+    train(tmp_path, "b", "--recipe", "fp32", "--no-tracking", *QUICK)
+    assert sha256_file(tmp_path / "a" / "model.onnx") == sha256_file(tmp_path / "b" / "model.onnx")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recipe", "fp32", "optimzer.lr=0.1"], "recipes/fp32.yaml: optimzer: unknown field"),
+    (["--recipe", "fp32", "precision=fp8"], "precision: Input should be 'fp32', 'bf16' or 'fp16'"),
+    (["--recipe", "nope"], "unknown recipe 'nope'; known recipes:"),
+    (["--recipe", "fp32", "--model", "digits-cnm"], "unknown model 'digits-cnm'; did you mean: digits-cnn?"),
+    (["--recipe", "fp32", "--backend", "ccl"], "backend ccl needs Intel's oneCCL binding: install oneccl_bindings_for_pytorch"),
+])
+def test_bad_input_fails_with_its_message(tmp_path, args, message):
+    result = train(tmp_path, "bad", *args, check=False)
+    assert result.returncode == 1
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = free_port()
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                             "--default-artifact-root", str(tmp_path / "artifacts")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                break
+        except requests.ConnectionError:
+            time.sleep(1)
+    else:
+        os.killpg(proc.pid, 9)
+        raise RuntimeError("mlflow server did not answer /health in 240 s")
+    yield url
+    os.killpg(proc.pid, 9)
+    proc.wait()
+
+
+def test_mlflow_logging_against_real_server(tmp_path, mlflow_server):
+    train(tmp_path, "tracked", "--recipe", "qat-int8", "--tracking-uri", mlflow_server, "steps=20",
+          "quantization.qat_steps=10", "export.opsets=[17]", nproc=2)
+    summary = json.loads((tmp_path / "tracked" / "summary.json").read_text())
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_server)
+    run = client.get_run(summary["tracking"]["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["recipe.quantization.scheme"] == "qat-int8" and run.data.params["world_size"] == "2"
+    assert abs(run.data.metrics["onnx/int8-qat/accuracy"] - summary["variants"]["int8-qat"]["accuracy"]) < 1e-9
+    assert len(client.get_metric_history(run.info.run_id, "fp32/loss")) == 20
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"model.onnx", "model.int8-qat.onnx", "model.int8-ptq.onnx", "summary.json"} <= artifacts
+    # exactly one run: other ranks never track
+    assert len(client.search_runs([run.info.experiment_id])) == 1
