@@ -29,6 +29,14 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	  $(BIN)/pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
 	touch $(STAMP)
 
+# The main job on an embedded default: train digits-cnn quantization-aware under torchrun (2 processes,
+# gloo on CPU), then get the catalog entry (fetched from the configured LFS remote, or rebuilt by its
+# recipe when no remote has it) and measure every variant with onnxruntime.
+quickstart: setup
+	$(BIN)/torchrun --standalone --nproc_per_node 2 launchers/ddp.py --recipe qat-int8 --output-dir runs/quickstart
+	$(BIN)/zoo fetch digits-cnn --variant int8-qat || $(BIN)/zoo build digits-cnn
+	$(BIN)/zoo evaluate digits-cnn
+
 test: setup
 	$(BIN)/python -m pytest -q -ra
 

@@ -43,6 +43,7 @@ def make_onnx(path: Path, n_in: int = 8, n_out: int = 3, seed: int = 0) -> Path:
 def card_dict(name: str, variants: dict[str, dict]) -> dict:
     return {
         "name": name,
+        "architecture": "linear",
         "family": "linear",
         "task": "classification",
         "description": "A test entry.",

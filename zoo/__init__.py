@@ -7,7 +7,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# onnxruntime-training imports DeepSpeed, whose accelerator probe prints a warning to *stdout* (breaking
+# `--json` output) when it finds no GPU. Without NVIDIA devices the answer is known: say it up front.
+if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
+    os.environ["DS_ACCELERATOR"] = "cpu"
 
 from zoo.catalog import get_card, get_entry, list_models
 from zoo.errors import ZooError

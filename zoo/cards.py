@@ -75,6 +75,7 @@ class Variant(Strict):
 
 class ModelCard(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    architecture: str  # registry name in zoo.models (the code); `name` is these weights
     family: str
     task: str
     description: str
@@ -135,5 +136,21 @@ def check_inside(entry_dir: Path, file: str, where: str) -> Path:
     return target
 
 
+class _CardDumper(yaml.SafeDumper):
+    """Short lists of scalars (shapes, labels) on one line; everything else in block style."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list):
+    flow = all(isinstance(v, (int, float, str)) and len(str(v)) < 40 for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_CardDumper.add_representer(list, _represent_list)
+
+
 def dump_card(card: ModelCard) -> str:
-    return yaml.safe_dump(card.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True, width=110)
+    data = card.model_dump(mode="json", exclude_none=True)
+    for variant in data["variants"].values():
+        if not variant.get("extra_opsets"):
+            variant.pop("extra_opsets", None)
+    return yaml.dump(data, Dumper=_CardDumper, sort_keys=False, allow_unicode=True, width=110)

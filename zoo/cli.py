@@ -103,9 +103,9 @@ def fetch(
         print(json.dumps(result.to_json(), indent=2))
         return
     card = catalog.get_card(name)
-    out.print(f"{result.path}")
-    out.print(f"  size {result.size:,} bytes  sha256 {result.sha256}  from {result.source}")
-    out.print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured for the card)")
+    print(result.path)
+    print(f"  size {result.size:,} bytes  sha256 {result.sha256}  from {result.source}")
+    print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured for the card)")
 
 
 @app.command()
@@ -130,6 +130,44 @@ def manifest(check: bool = typer.Option(False, help="Fail if the committed manif
         return
     atomic_write_text(path, text)
     out.print(f"wrote {path}")
+
+
+@app.command()
+def build(names: list[str] = typer.Argument(None, help="Entries to build."),
+          all_entries: bool = typer.Option(False, "--all", help="Build every entry that has a recipe."),
+          nproc: int = typer.Option(2, help="Training processes (torchrun --nproc_per_node)."),
+          threads: int = typer.Option(1, help="Threads per process (fixed for reproducible bytes).")) -> None:
+    """Run entries' recipes end to end and write their cards' measured fields."""
+    from zoo.build import build as build_entry
+
+    targets = catalog.list_models() if all_entries else (names or [])
+    if all_entries:
+        targets = [n for n in targets if catalog.get_card(n).training.recipe]
+    if not targets:
+        raise ZooError("name an entry to build, or pass --all")
+    for name in targets:
+        path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False))
+        out.print(f"built {name}: {path}")
+
+
+@app.command()
+def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (default: all built ones)."),
+             split: str = typer.Option("test", help="Dataset split."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Fetch a model's variants and measure their accuracy with onnxruntime, next to the card's numbers."""
+    from zoo.evaluate import evaluate_variant
+
+    card = catalog.get_card(name)
+    keys = variant or [k for k, v in card.variants.items() if v.built]
+    rows = [evaluate_variant(name, k, split, show_progress=not as_json) for k in keys]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("variant", f"accuracy ({split})", "card", "delta", "from", title=name)
+    for r in rows:
+        table.add_row(r["variant"], _metric(r["accuracy"]), _metric(r["card"]),
+                      "-" if r["delta"] is None else f"{r['delta']:+.4f}", r["source"])
+    out.print(table)
 
 
 @app.command()

@@ -58,3 +58,18 @@ def latency_ms(path: Path, x: np.ndarray, repeats: int = 20, threads: int = 1) -
         sess.run(None, {name: x})
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1000)
+
+
+def evaluate_variant(name: str, variant: str = "fp32", split: str = "test", show_progress: bool = True) -> dict:
+    """Fetch a catalog variant (verified) and measure its accuracy on a split of the card's dataset."""
+    from zoo.catalog import get_card
+    from zoo.data import load_dataset
+    from zoo.store.fetch import fetch
+
+    card = get_card(name)
+    fetched = fetch(name, variant, show_progress=show_progress)
+    data = load_dataset(card.dataset.name).split(split)
+    measured = accuracy(fetched.path, data.x.numpy(), data.y.numpy())
+    claimed = card.metric(variant)
+    return {"name": name, "variant": variant, "split": split, "accuracy": measured, "card": claimed,
+            "delta": None if claimed is None else measured - claimed, "path": str(fetched.path), "source": fetched.source}

@@ -12,9 +12,7 @@ standard key for compute or accumulation precision, so the zoo defines these:
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from zoo.config import REPO_ROOT
 
 # The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+from zoo.store.cache import atomic_write_bytes, replace_into
 from zoo.store.pointer import sha256_file
 
 METADATA_KEYS = {
@@ -75,15 +74,7 @@ def git_commit() -> str:
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, model.SerializeToString())
     return path
 
 
@@ -116,7 +107,7 @@ def export_fp32(model: torch.nn.Module, example: torch.Tensor, path: Path, opset
         torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
                           input_names=[input_name], output_names=[output_name],
                           dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}})
-    os.replace(tmp, path)
+    replace_into(tmp, path)
     return path
 
 
@@ -206,7 +197,7 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path) 
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
                     calibrate_method=CalibrationMethod.MinMax)
     prepared.unlink()
-    os.replace(tmp, path)
+    replace_into(tmp, path)
     return path
 
 

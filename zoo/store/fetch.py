@@ -144,6 +144,8 @@ def build_hint(entry: Entry) -> str:
 def require_content(path: Path) -> Path:
     """`path` if it holds real content; for a pointer, an error naming the exact `zoo fetch` command."""
     path = Path(path).resolve()
+    if read_pointer(path) is None:
+        return path
     for entry in entries().values():
         for key in entry.card.variants:
             if entry.variant_path(key) == path:

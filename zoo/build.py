@@ -1,0 +1,131 @@
+"""`zoo build`: run an entry's recipe end to end and write every measured field of its card.
+
+Train (torchrun, DDP, 2 processes by default) -> QAT -> export every variant -> evaluate each with
+onnxruntime -> write test_data_set_0 -> copy the files into the entry folder -> rewrite the card's
+measured fields (metrics, sha256, sizes, parameter count, dataset facts, build time, versions) ->
+regenerate the manifest. Hand-written card fields (description, task, licence, recipe) are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from onnx import numpy_helper
+
+from zoo import catalog
+from zoo.cards import CARD_FILE, dump_card, parse_card
+from zoo.config import REPO_ROOT, entries_dir
+from zoo.errors import CardError, ZooError
+from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
+
+# Re-measuring the same file on another CPU can move int8 results slightly (different kernels).
+TOLERANCE = {"fp32": 0.001, "fp16": 0.002, "int8-qat": 0.01, "int8-ptq": 0.01}
+VARIANT_SPEC = {"fp32": ("fp32", "none"), "fp16": ("fp16", "none"), "int8-qat": ("int8", "qat"), "int8-ptq": ("int8", "ptq")}
+TEST_DATA_EXAMPLES = 16
+
+
+def train_command(recipe: str, architecture: str, nproc: int) -> list[str]:
+    return ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "launchers/ddp.py", "--recipe", recipe,
+            "--model", architecture]
+
+
+def _raw_card(name: str) -> tuple[Path, dict]:
+    path = entries_dir() / name / CARD_FILE
+    if not path.exists():
+        catalog.get_entry(name)  # raises with did-you-mean suggestions
+    try:
+        return path, yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CardError(f"{path}: not valid YAML ({exc})") from None
+
+
+def build(name: str, nproc: int = 2, threads: int = 1, log=print) -> Path:
+    card_path, raw = _raw_card(name)
+    entry_dir = card_path.parent
+    training = raw.get("training") or {}
+    recipe, architecture = training.get("recipe"), raw.get("architecture")
+    if not recipe or not architecture:
+        raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
+    command = train_command(recipe, architecture, nproc)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
+        out = Path(tmp) / "run"
+        full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out)]
+        log(f"[{name}] {shlex.join(command)}")
+        started = time.perf_counter()
+        result = subprocess.run(full, cwd=REPO_ROOT, env=env)
+        if result.returncode != 0:
+            raise ZooError(f"building '{name}' failed: `{shlex.join(command)}` exited {result.returncode} (its output is above)")
+        build_seconds = time.perf_counter() - started
+        summary = json.loads((out / "summary.json").read_text())
+        files = _install_files(summary, out, entry_dir)
+        _write_test_data(summary, out, entry_dir)
+    raw.update(_measured_fields(summary, raw, command, build_seconds, threads, files))
+    card = parse_card(raw, str(card_path))  # validate before anything is written
+    atomic_write_text(card_path, dump_card(card))
+    catalog.reload()
+    atomic_write_text(catalog.manifest_path(), catalog.manifest_text())
+    return card_path
+
+
+def _install_files(summary: dict, out: Path, entry_dir: Path) -> dict[str, str]:
+    copied = {}
+    for key, v in summary["variants"].items():
+        atomic_copy(out / v["file"], entry_dir / v["file"])
+        copied[key] = v["file"]
+        for extra in v.get("extra_opsets", {}).values():
+            atomic_copy(out / extra["file"], entry_dir / extra["file"])
+    return copied
+
+
+def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:
+    """onnx/models' test_data_set layout: input_0.pb / output_0.pb, from the fp32 model on the eval split."""
+    from zoo.data import load_dataset
+    from zoo.evaluate import predict
+
+    split = load_dataset(summary["dataset"]).split(summary["eval_split"])
+    x = split.x[:TEST_DATA_EXAMPLES].numpy()
+    y = predict(out / summary["variants"]["fp32"]["file"], x)
+    folder = entry_dir / "test_data_set_0"
+    folder.mkdir(exist_ok=True)
+    for filename, array, tensor_name in (("input_0.pb", x, "input"), ("output_0.pb", y, "logits")):
+        atomic_write_bytes(folder / filename, numpy_helper.from_array(np.ascontiguousarray(array), tensor_name).SerializeToString())
+
+
+def _measured_fields(summary: dict, raw: dict, command: list[str], seconds: float, threads: int,
+                     files: dict[str, str]) -> dict:
+    from zoo.data import load_dataset
+
+    data = load_dataset(summary["dataset"])
+    variants = {}
+    for key, v in summary["variants"].items():
+        precision, quantization = VARIANT_SPEC[key]
+        variants[key] = {
+            "file": v["file"], "precision": precision, "quantization": quantization, "opset": v["opset"],
+            "sha256": v["sha256"], "size": v["size"], "metrics": {"accuracy": v["accuracy"]},
+            "tolerance": TOLERANCE[key],
+            "extra_opsets": {int(o): e["file"] for o, e in v.get("extra_opsets", {}).items()},
+        }
+    labels = data.labels
+    return {
+        "num_params": summary["num_params"],
+        "dataset": {"name": data.name, "source": data.source, "license": data.license,
+                    "splits": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
+                    "class_balance": data.class_balance()},
+        "preprocessing": data.preprocessing,
+        "inputs": [{"name": "input", "shape": ["batch", *data.input_shape], "dtype": "float32"}],
+        "outputs": [{"name": "logits", "shape": ["batch", len(labels)], "dtype": "float32", "labels": labels}],
+        "training": {**(raw.get("training") or {}), "command": " ".join(command), "seed": summary["seed"],
+                     "threads": threads, "build_time_s": round(seconds, 1),
+                     "library_versions": summary["library_versions"]},
+        "variants": variants,
+    }
