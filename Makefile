@@ -8,6 +8,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Runs of the test suite and benchmarks use this many threads per process (2-core machines).
 export OMP_NUM_THREADS ?= 1
 
+# CI may lay a published LFS store beside the checkout: use it unless ZOO_LFS_URL is already set.
+ifneq ($(wildcard ../shared/zoo-lfs),)
+export ZOO_LFS_URL ?= $(abspath ../shared/zoo-lfs)
+endif
+
 .PHONY: setup test quickstart benchmarks manifest clean-cache
 
 setup: $(STAMP)
@@ -45,3 +50,4 @@ manifest: setup
 
 benchmarks: setup
 	$(BIN)/python benchmarks/fetch_throughput.py
+	$(BIN)/python benchmarks/training.py

@@ -26,6 +26,7 @@ from zoo.cards import CARD_FILE, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.errors import CardError, ZooError
 from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
+from zoo.train.variants import FILES
 
 # Re-measuring the same file on another CPU can move int8 results slightly (different kernels).
 TOLERANCE = {"fp32": 0.001, "fp16": 0.002, "int8-qat": 0.01, "int8-ptq": 0.01}
@@ -48,14 +49,18 @@ def _raw_card(name: str) -> tuple[Path, dict]:
         raise CardError(f"{path}: not valid YAML ({exc})") from None
 
 
-def build(name: str, nproc: int = 2, threads: int = 1, log=print) -> Path:
+def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tuple[str, ...] = (),
+          variant_metrics: dict[str, float] | None = None, command_shown: str | None = None) -> Path:
+    """Train, export, measure and write the card. `overrides` are recipe key=value pairs (zoo import uses init_from)."""
     card_path, raw = _raw_card(name)
     entry_dir = card_path.parent
     training = raw.get("training") or {}
     recipe, architecture = training.get("recipe"), raw.get("architecture")
     if not recipe or not architecture:
         raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
-    command = train_command(recipe, architecture, nproc)
+    if training.get("imported_from") and not overrides:
+        raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
+    command = [*train_command(recipe, architecture, nproc), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
@@ -67,9 +72,11 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print) -> Path:
             raise ZooError(f"building '{name}' failed: `{shlex.join(command)}` exited {result.returncode} (its output is above)")
         build_seconds = time.perf_counter() - started
         summary = json.loads((out / "summary.json").read_text())
-        files = _install_files(summary, out, entry_dir)
+        _install_files(summary, out, entry_dir)
         _write_test_data(summary, out, entry_dir)
-    raw.update(_measured_fields(summary, raw, command, build_seconds, threads, files))
+    raw.update(_measured_fields(summary, raw, command_shown or " ".join(command), build_seconds, threads))
+    for variant in raw["variants"].values():
+        variant["metrics"].update(variant_metrics or {})
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
     catalog.reload()
@@ -77,14 +84,11 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print) -> Path:
     return card_path
 
 
-def _install_files(summary: dict, out: Path, entry_dir: Path) -> dict[str, str]:
-    copied = {}
-    for key, v in summary["variants"].items():
+def _install_files(summary: dict, out: Path, entry_dir: Path) -> None:
+    for v in summary["variants"].values():
         atomic_copy(out / v["file"], entry_dir / v["file"])
-        copied[key] = v["file"]
         for extra in v.get("extra_opsets", {}).values():
             atomic_copy(out / extra["file"], entry_dir / extra["file"])
-    return copied
 
 
 def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:
@@ -101,11 +105,52 @@ def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:
         atomic_write_bytes(folder / filename, numpy_helper.from_array(np.ascontiguousarray(array), tensor_name).SerializeToString())
 
 
-def _measured_fields(summary: dict, raw: dict, command: list[str], seconds: float, threads: int,
-                     files: dict[str, str]) -> dict:
-    from zoo.data import load_dataset
+def describe(name: str) -> Path:
+    """Write a card's static fields (dataset facts, parameter count, inputs/outputs, planned variants) without
+    training: for entries whose weights are built elsewhere (a GPU cluster) or imported."""
+    from zoo.recipes import load_recipe
 
-    data = load_dataset(summary["dataset"])
+    card_path, raw = _raw_card(name)
+    recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
+    raw.update(_static_fields(recipe.model, recipe.model_args, recipe.dataset))
+    raw["training"] = {**raw["training"], "command": " ".join(train_command(recipe.name, raw["architecture"], 8)),
+                       "seed": recipe.seed}
+    variants = raw.get("variants") or {}
+    for key in recipe.export.variants:
+        if key not in variants or not variants[key].get("sha256"):
+            precision, quantization = VARIANT_SPEC[key]
+            variants[key] = {"file": FILES[key], "precision": precision, "quantization": quantization,
+                             "opset": max(recipe.export.opsets) if key != "int8-qat" else 20, "tolerance": TOLERANCE[key]}
+    raw["variants"] = variants
+    card = parse_card(raw, str(card_path))
+    atomic_write_text(card_path, dump_card(card))
+    catalog.reload()
+    atomic_write_text(catalog.manifest_path(), catalog.manifest_text())
+    return card_path
+
+
+def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> dict:
+    from zoo.data import load_dataset
+    from zoo.models import build_model, count_params, model_spec
+
+    data = load_dataset(dataset or model_spec(architecture).dataset)
+    labels = data.labels
+    dtype = str(data.train.x.dtype).removeprefix("torch.")
+    return {
+        "num_params": count_params(build_model(architecture, num_classes=len(labels), **model_args)),
+        "dataset": {"name": data.name, "source": data.source, "license": data.license,
+                    "splits": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
+                    "class_balance": data.class_balance()},
+        "preprocessing": data.preprocessing,
+        "inputs": [{"name": "input", "shape": ["batch", *data.input_shape], "dtype": dtype}],
+        "outputs": [{"name": "logits", "shape": ["batch", len(labels)], "dtype": "float32", "labels": labels}],
+    }
+
+
+def _measured_fields(summary: dict, raw: dict, command: str, seconds: float, threads: int) -> dict:
+    from zoo.recipes import load_recipe
+
+    recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     variants = {}
     for key, v in summary["variants"].items():
         precision, quantization = VARIANT_SPEC[key]
@@ -115,16 +160,11 @@ def _measured_fields(summary: dict, raw: dict, command: list[str], seconds: floa
             "tolerance": TOLERANCE[key],
             "extra_opsets": {int(o): e["file"] for o, e in v.get("extra_opsets", {}).items()},
         }
-    labels = data.labels
+    fields = _static_fields(recipe.model, recipe.model_args, summary["dataset"])
+    assert fields["num_params"] == summary["num_params"], "card and trained model disagree on parameter count"
     return {
-        "num_params": summary["num_params"],
-        "dataset": {"name": data.name, "source": data.source, "license": data.license,
-                    "splits": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-                    "class_balance": data.class_balance()},
-        "preprocessing": data.preprocessing,
-        "inputs": [{"name": "input", "shape": ["batch", *data.input_shape], "dtype": "float32"}],
-        "outputs": [{"name": "logits", "shape": ["batch", len(labels)], "dtype": "float32", "labels": labels}],
-        "training": {**(raw.get("training") or {}), "command": " ".join(command), "seed": summary["seed"],
+        **fields,
+        "training": {**(raw.get("training") or {}), "command": command, "seed": summary["seed"],
                      "threads": threads, "build_time_s": round(seconds, 1),
                      "library_versions": summary["library_versions"]},
         "variants": variants,

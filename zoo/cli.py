@@ -136,9 +136,11 @@ def manifest(check: bool = typer.Option(False, help="Fail if the committed manif
 def build(names: list[str] = typer.Argument(None, help="Entries to build."),
           all_entries: bool = typer.Option(False, "--all", help="Build every entry that has a recipe."),
           nproc: int = typer.Option(2, help="Training processes (torchrun --nproc_per_node)."),
-          threads: int = typer.Option(1, help="Threads per process (fixed for reproducible bytes).")) -> None:
+          threads: int = typer.Option(1, help="Threads per process (fixed for reproducible bytes)."),
+          no_train: bool = typer.Option(False, "--no-train", help="Only write the card's static fields "
+                                        "(dataset, parameter count, inputs/outputs, planned variants).")) -> None:
     """Run entries' recipes end to end and write their cards' measured fields."""
-    from zoo.build import build as build_entry
+    from zoo.build import build as build_entry, describe
 
     targets = catalog.list_models() if all_entries else (names or [])
     if all_entries:
@@ -146,8 +148,35 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
     if not targets:
         raise ZooError("name an entry to build, or pass --all")
     for name in targets:
+        if no_train:
+            out.print(f"described {name}: {describe(name)}")
+            continue
         path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False))
         out.print(f"built {name}: {path}")
+
+
+@app.command("import")
+def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Checkpoint folder: config.json + model.safetensors."),
+               nproc: int = typer.Option(2, help="Fine-tuning processes."),
+               threads: int = typer.Option(1, help="Threads per process.")) -> None:
+    """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
+    from zoo.build import build as build_entry
+    from zoo.importer import convert
+
+    weights, _, parity = convert(source.resolve(), name)
+    err.print(f"parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
+              f"onnx {parity['parity_onnx_max_abs_diff']:.2e}", markup=False)
+    path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False),
+                       overrides=(f"init_from={weights}",), variant_metrics=parity,
+                       command_shown=f"zoo import {name} --from <checkpoint dir> (fine-tunes with recipe "
+                                     f"{catalog_recipe(name)} under torchrun --nproc_per_node={nproc})")
+    out.print(f"imported {name}: {path}")
+
+
+def catalog_recipe(name: str) -> str:
+    from zoo.build import _raw_card
+
+    return _raw_card(name)[1]["training"]["recipe"]
 
 
 @app.command()

@@ -78,6 +78,8 @@ class Recipe(Strict):
     name: str
     description: str = ""
     model: str
+    model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)  # builder keyword arguments
+    init_from: str | None = None  # state dict (.pt) to start from, e.g. an imported upstream checkpoint
     dataset: str | None = None  # default: the model's own dataset
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()

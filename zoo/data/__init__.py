@@ -57,7 +57,7 @@ def register_dataset(name: str):
 
 
 def load_dataset(name: str) -> Dataset:
-    from zoo.data import digits, mnist1d  # noqa: F401  (registers on import)
+    from zoo.data import digits, langid, mnist1d  # noqa: F401  (registers on import)
 
     if name not in _LOADERS:
         close = difflib.get_close_matches(name, list(_LOADERS), n=2)
@@ -74,3 +74,23 @@ def require(module: str, package: str):
         return importlib.import_module(module)
     except ImportError:
         raise ZooError(f"this dataset needs the '{package}' package: run `make setup` or `pip install {package}`") from None
+
+
+def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
+    """Arrays built once and kept under $ZOO_HOME/data (written atomically), so every rank reuses them."""
+    import io
+
+    import numpy as np
+
+    from zoo.config import zoo_home
+    from zoo.store.cache import atomic_write_bytes
+
+    path = zoo_home() / "data" / f"{name}-{version}.npz"
+    if path.exists():
+        with np.load(path) as stored:
+            return {k: stored[k] for k in stored.files}
+    arrays = build()
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic_write_bytes(path, buffer.getvalue())
+    return arrays

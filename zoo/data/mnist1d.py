@@ -7,7 +7,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from zoo.data import Dataset, Split, register_dataset, require
+from zoo.data import Dataset, Split, cached_arrays, register_dataset, require
 
 
 @register_dataset("mnist1d")
@@ -17,7 +17,12 @@ def load() -> Dataset:
     utils = require("mnist1d.utils", "mnist1d")
     # The paper's defaults: 5,000 samples, the standard 4000/1000 train/test split, seed 42.
     args = data.get_dataset_args()
-    raw = data.make_dataset(args)  # get_dataset() would try a download first
+
+    def generate() -> dict:
+        made = data.make_dataset(args)  # get_dataset() would try a download first
+        return {k: made[k] for k in ("x", "y", "x_test", "y_test")}
+
+    raw = cached_arrays("mnist1d", f"n{args.num_samples}-seed{args.seed}", generate)
     x_train, y_train = raw["x"].astype(np.float32), raw["y"].astype(np.int64)
     x_test, y_test = raw["x_test"].astype(np.float32), raw["y_test"].astype(np.int64)
     # Validation: the last 500 of the 4000 training samples (the generator's order is fixed by its seed).

@@ -36,7 +36,7 @@ def register_model(name: str, family: str, dataset: str, input_names: tuple[str,
 
 
 def _load_families() -> None:
-    from zoo.models import cnn  # noqa: F401  (registers on import)
+    from zoo.models import bert, cnn, rnn  # noqa: F401  (registers on import)
 
 
 def model_spec(name: str) -> ModelSpec:

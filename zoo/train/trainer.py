@@ -165,6 +165,18 @@ def _fault_step(ctx: DistContext) -> int | None:
     return step if rank == ctx.rank else None
 
 
+def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
+    """Start from saved weights; only the task head may be missing (it is what fine-tuning learns)."""
+    if not path.exists():
+        raise ZooError(f"init_from: {path} does not exist (`zoo import` writes imported weights)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.startswith("classifier.")]
+    if missing or result.unexpected_keys:
+        raise ZooError(f"init_from: {path} does not fit the model: missing {missing[:5]}, "
+                       f"unexpected {result.unexpected_keys[:5]}")
+
+
 @torch.no_grad()
 def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model(x).argmax(dim=1) == y).float().mean())
@@ -199,7 +211,9 @@ def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: P
     torch.use_deterministic_algorithms(True)
     spec = model_spec(recipe.model)
     data = load_dataset(recipe.dataset or spec.dataset)
-    model = build_model(recipe.model, num_classes=len(data.labels)).to(ctx.device)
+    model = build_model(recipe.model, num_classes=len(data.labels), **recipe.model_args).to(ctx.device)
+    if recipe.init_from:
+        load_initial_weights(model, Path(recipe.init_from))
     output_dir = Path(output_dir or Path("runs") / f"{recipe.model}-{recipe.name}")
     ckpt_dir = output_dir / "checkpoints" if recipe.checkpoint.interval_steps else None
     if ctx.is_main:

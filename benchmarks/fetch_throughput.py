@@ -1,0 +1,89 @@
+"""Fetch throughput, side by side in one run: file remote and HTTP (giftless) remote vs a plain copy of the
+same bytes, and the time of a cached fetch. Writes benchmarks/results/fetch_throughput.{json,md}.
+
+    python benchmarks/fetch_throughput.py [--size-mib 64] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers import LfsServer, write_entry  # noqa: E402  (real server + real ONNX file)
+from zoo import catalog  # noqa: E402
+from zoo.store.cache import atomic_write_text  # noqa: E402
+from zoo.store.fetch import fetch  # noqa: E402
+from zoo.store.publish import publish  # noqa: E402
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size-mib", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="zoo-bench-") as tmp:
+        tmp = Path(tmp)
+        os.environ["ZOO_ENTRIES"] = str(tmp / "entries")
+        os.environ["ZOO_HOME"] = str(tmp / "publisher")
+        catalog.reload()
+        floats = args.size_mib * (1 << 20) // 4
+        write_entry(tmp / "entries", "bench", n_in=floats // 3)
+        source = tmp / "entries" / "bench" / "model.onnx"
+        size = source.stat().st_size
+        plain = tmp / "plain-source.bin"
+        shutil.copyfile(source, plain)
+
+        bare = tmp / "store.git"
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+        server = LfsServer(tmp / "http-storage").start()
+        try:
+            publish("bench", str(bare))
+            publish("bench", server.url)
+            rows: dict[str, list[float]] = {"plain copy": [], "file remote": [], "http remote": [], "cached": []}
+            for i in range(args.repeats):
+                rows["plain copy"].append(_timed(lambda: shutil.copyfile(plain, tmp / f"copy-{i}.bin")))
+                for label, url in (("file remote", str(bare)), ("http remote", server.url)):
+                    os.environ["ZOO_HOME"] = str(tmp / f"home-{label.split()[0]}-{i}")
+                    rows[label].append(_timed(lambda: fetch("bench", remotes=[url], show_progress=False)))
+                rows["cached"].append(_timed(lambda: fetch("bench", remotes=[], show_progress=False)))
+        finally:
+            server.stop()
+    medians = {k: statistics.median(v) for k, v in rows.items()}
+    base = medians["plain copy"]
+    result = {
+        "object_bytes": size, "repeats": args.repeats,
+        "median_seconds": medians,
+        "throughput_mib_s": {k: size / (1 << 20) / v for k, v in medians.items()},
+        "ratio_vs_plain_copy": {k: v / base for k, v in medians.items()},
+        "note": "fetch = download/copy + streaming sha256 + atomic rename into the cache; cached = sha256 re-check of "
+                "the cached object. One run, same machine, medians.",
+    }
+    out = ROOT / "benchmarks" / "results"
+    atomic_write_text(out / "fetch_throughput.json", json.dumps(result, indent=2) + "\n")
+    lines = [f"# Fetch throughput ({size / (1 << 20):.0f} MiB object, median of {args.repeats})", "",
+             "| path | seconds | MiB/s | time vs plain copy |", "| --- | --- | --- | --- |"]
+    for k in rows:
+        lines.append(f"| {k} | {medians[k]:.3f} | {result['throughput_mib_s'][k]:.0f} | {result['ratio_vs_plain_copy'][k]:.2f}x |")
+    atomic_write_text(out / "fetch_throughput.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
