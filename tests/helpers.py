@@ -123,3 +123,22 @@ class LfsServer:
         matches = list(self.storage.rglob(oid))
         assert matches, f"object {oid} not in server storage"
         return matches[0]
+
+
+def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 40) -> dict:
+    """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment."""
+    data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
+    data.update(name="quick", steps=steps, tracking={"enabled": False})
+    data.pop("epochs")
+    data["quantization"]["qat_steps"] = 10
+    recipe = root / "quick.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(yaml.safe_dump(data))
+    entries = root / "entries"
+    (entries / name).mkdir(parents=True)
+    hand_written = {"name": name, "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
+                    "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}
+    (entries / name / "card.yaml").write_text(yaml.safe_dump(hand_written))
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": ""}
+    zoo_cli("build", name, env=env, check=True, timeout=600)
+    return env

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-import yaml
+import json
 
-from tests.helpers import REPO, zoo_cli
+import pytest
+
+from tests.helpers import REPO, quick_digits_entry, zoo_cli
 from zoo import catalog
 from zoo.cards import load_card
 from zoo.store.pointer import pointer_for, read_pointer
@@ -35,28 +36,14 @@ def test_card_schema_manifest_and_pointers(name):
 
 
 def test_build_writes_measured_card_and_is_deterministic(tmp_path):
-    recipe = tmp_path / "quick.yaml"
-    data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
-    data.update(name="quick", epochs=None, steps=40, tracking={"enabled": False})
-    data.pop("epochs")
-    data["quantization"]["qat_steps"] = 10
-    recipe.write_text(yaml.safe_dump(data))
+    env = quick_digits_entry(tmp_path)
     entries = tmp_path / "entries"
-    (entries / "quick-digits").mkdir(parents=True)
-    hand_written = {"name": "quick-digits", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
-                    "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}
-    (entries / "quick-digits" / "card.yaml").write_text(yaml.safe_dump(hand_written))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home")}
-    zoo_cli("build", "quick-digits", env=env, check=True, timeout=600)
     card = load_card(entries / "quick-digits" / "card.yaml")
     assert set(card.variants) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
     assert card.num_params == 38282 and card.dataset.splits == {"train": 1257, "val": 180, "test": 360}
     assert card.training.build_time_s > 0 and card.training.library_versions["torch"].startswith("2.13.0")
     first = {k: v.sha256 for k, v in card.variants.items()}
-    evaluated = zoo_cli("evaluate", "quick-digits", "--json", env=env, check=True)
-    import json
-
-    for row in json.loads(evaluated.stdout):
+    for row in json.loads(zoo_cli("evaluate", "quick-digits", "--json", env=env, check=True).stdout):
         assert row["delta"] == 0.0, row  # the card's numbers are what the files measure
     assert zoo_cli("manifest", "--check", env=env).returncode == 0
     zoo_cli("build", "quick-digits", env=env, check=True, timeout=600)

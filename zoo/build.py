@@ -59,6 +59,10 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     if not recipe or not architecture:
         raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
     if training.get("imported_from") and not overrides:
+        if training.get("import_source"):
+            from zoo.importer import import_entry, resolve_source
+
+            return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
     command = [*train_command(recipe, architecture, nproc), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}

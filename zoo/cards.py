@@ -46,6 +46,8 @@ class Training(Strict):
     build_time_s: float | None = None
     library_versions: dict[str, str] = Field(default_factory=dict)
     imported_from: str | None = None  # upstream checkpoint, for imported entries
+    # Where `zoo build` finds that checkpoint again: "python-package:<module>/<folder>" (an installed package).
+    import_source: str | None = None
 
 
 Precision = Literal["fp32", "fp16", "bf16", "int8"]

@@ -160,63 +160,7 @@ def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Check
                nproc: int = typer.Option(2, help="Fine-tuning processes."),
                threads: int = typer.Option(1, help="Threads per process.")) -> None:
     """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
-    from zoo.build import build as build_entry
-    from zoo.importer import convert
+    from zoo.importer import import_entry
 
-    weights, _, parity = convert(source.resolve(), name)
-    err.print(f"parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
-              f"onnx {parity['parity_onnx_max_abs_diff']:.2e}", markup=False)
-    path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False),
-                       overrides=(f"init_from={weights}",), variant_metrics=parity,
-                       command_shown=f"zoo import {name} --from <checkpoint dir> (fine-tunes with recipe "
-                                     f"{catalog_recipe(name)} under torchrun --nproc_per_node={nproc})")
+    path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False))
     out.print(f"imported {name}: {path}")
-
-
-def catalog_recipe(name: str) -> str:
-    from zoo.build import _raw_card
-
-    return _raw_card(name)[1]["training"]["recipe"]
-
-
-@app.command()
-def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (default: all built ones)."),
-             split: str = typer.Option("test", help="Dataset split."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Fetch a model's variants and measure their accuracy with onnxruntime, next to the card's numbers."""
-    from zoo.evaluate import evaluate_variant
-
-    card = catalog.get_card(name)
-    keys = variant or [k for k, v in card.variants.items() if v.built]
-    rows = [evaluate_variant(name, k, split, show_progress=not as_json) for k in keys]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    table = Table("variant", f"accuracy ({split})", "card", "delta", "from", title=name)
-    for r in rows:
-        table.add_row(r["variant"], _metric(r["accuracy"]), _metric(r["card"]),
-                      "-" if r["delta"] is None else f"{r['delta']:+.4f}", r["source"])
-    out.print(table)
-
-
-@app.command()
-def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
-          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8080),
-          no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
-    """Serve an LFS mirror (Batch API, resumable downloads) with giftless."""
-    from zoo.store.serve import serve as run_server
-
-    err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs")
-    run_server(storage, host, port, ranges=not no_ranges)
-
-
-def main() -> None:
-    try:
-        app(standalone_mode=True)
-    except ZooError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise SystemExit(exc.exit_code) from None
-
-
-if __name__ == "__main__":
-    main()

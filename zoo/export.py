@@ -52,7 +52,7 @@ PRECISION_METADATA = {
              "zoo.precision.compute": "fp16", "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"},
     "int8-qat": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
                  "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
-                 "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor affine, "
+                 "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor affine (7-bit range), "
                                      "weights s8 per-channel symmetric, biases int32"},
     "int8-ptq": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
                  "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",

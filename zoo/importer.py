@@ -88,3 +88,29 @@ def check_parity(folder: Path, model: torch.nn.Module) -> dict:
         raise ZooError(f"{folder}: outputs differ from transformers' BertModel by {max(torch_diff, onnx_diff):.2e} "
                        f"(> {PARITY_ATOL}); the checkpoint does not map onto the zoo's BERT")
     return {"parity_torch_max_abs_diff": torch_diff, "parity_onnx_max_abs_diff": onnx_diff}
+
+
+def resolve_source(spec: str) -> Path:
+    """The checkpoint folder named by a card's training.import_source."""
+    kind, _, where = spec.partition(":")
+    if kind != "python-package" or "/" not in where:
+        raise ZooError(f"import_source {spec!r}: expected python-package:<module>/<folder>")
+    module, folder = where.split("/", 1)
+    import importlib
+
+    try:
+        package = importlib.import_module(module)
+    except ImportError:
+        raise ZooError(f"import_source {spec!r}: the package providing '{module}' is not installed (make setup installs it)") from None
+    return Path(package.__file__).parent / folder
+
+
+def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=print) -> Path:
+    """Convert + parity-check an upstream checkpoint, then fine-tune and build the entry with `init_from`."""
+    from zoo.build import build
+
+    weights, _, parity = convert(source.resolve(), name)
+    log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
+        f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
+    return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
+                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>")

@@ -80,6 +80,7 @@ class Recipe(Strict):
     model: str
     model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)  # builder keyword arguments
     init_from: str | None = None  # state dict (.pt) to start from, e.g. an imported upstream checkpoint
+    trainable: list[str] | None = None  # parameter-name globs to train (others frozen); None: all
     dataset: str | None = None  # default: the model's own dataset
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()

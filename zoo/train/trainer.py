@@ -100,6 +100,8 @@ def _progress(ctx: DistContext, label: str, total: int):
 def train_phase(phase: Phase, model: torch.nn.Module, wrap: Wrapper, recipe: Recipe, data: Dataset,
                 ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool) -> torch.nn.Module:
     """Train `model` in place for `phase.steps` optimizer steps under the recipe's parallel wrapper."""
+    if recipe.trainable is not None:
+        freeze_except(model, recipe.trainable)
     wrapped = wrap(model, ctx)
     params = [p for p in wrapped.parameters() if p.requires_grad]
     opt = recipe.optimizer
@@ -163,6 +165,18 @@ def _fault_step(ctx: DistContext) -> int | None:
         return None
     rank, step = (int(v) for v in spec.split(":"))
     return step if rank == ctx.rank else None
+
+
+def freeze_except(model: torch.nn.Module, patterns: list[str]) -> None:
+    """Train only parameters whose names match one of the globs (e.g. `classifier.*`)."""
+    from fnmatch import fnmatch
+
+    names = [name for name, _ in model.named_parameters()]
+    for name, param in model.named_parameters():
+        # Exported (QAT) graphs name parameters with '_' where the module tree had '.'.
+        param.requires_grad = any(fnmatch(name, p) or fnmatch(name, p.replace(".", "_")) for p in patterns)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ZooError(f"trainable {patterns} matches no parameter; names look like {names[:3]}")
 
 
 def load_initial_weights(model: torch.nn.Module, path: Path) -> None:

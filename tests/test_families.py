@@ -1,0 +1,77 @@
+"""Every model family trains a few steps through the launcher, exports, and imports upstream weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from tests.helpers import REPO, zoo_cli
+from tests.test_training import train
+from zoo.cards import load_card
+from zoo.models import build_model
+
+
+@pytest.mark.parametrize("model", ["mnist1d-cnn", "mnist1d-gru", "bert-tiny"])
+def test_family_trains_exports_and_quantizes(tmp_path, model):
+    train(tmp_path, model, "--recipe", "qat-int8", "--model", model, "--no-tracking", "steps=6",
+          "quantization.qat_steps=3", "global_batch_size=16", "export.opsets=[17]")
+    summary = json.loads((tmp_path / model / "summary.json").read_text())
+    assert set(summary["variants"]) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    assert summary["variants"]["int8-qat"]["int8_kernels"], "int8-qat must run on int8 kernels"
+    assert summary["phases"]["fp32"]["final_loss"] < summary["phases"]["fp32"]["first_loss"]
+
+
+def test_bert_layout_matches_hugging_face():
+    from transformers import BertConfig, BertModel
+
+    upstream = BertModel(BertConfig(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024))
+    ours = build_model("bert-mini", num_classes=8).bert
+    theirs = {k: v.shape for k, v in upstream.state_dict().items() if k != "embeddings.position_ids"}
+    assert {k: v.shape for k, v in ours.state_dict().items()} == theirs
+
+
+def _tiny_upstream_checkpoint(folder, seed=0):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    config = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
+    BertModel(config).save_pretrained(str(folder), safe_serialization=True)
+
+
+def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
+    _tiny_upstream_checkpoint(tmp_path / "upstream")
+    recipe = yaml.safe_load((REPO / "recipes" / "minilm-l6.yaml").read_text())
+    recipe.update(name="tiny-import", steps=8, model_args={"num_hidden_layers": 2, "hidden_size": 64,
+                  "num_attention_heads": 2, "intermediate_size": 128, "pooling": "mean"}, tracking={"enabled": False})
+    recipe.pop("epochs")
+    recipe["quantization"]["qat_steps"] = 3
+    recipe["export"]["opsets"] = [17]
+    (tmp_path / "tiny-import.yaml").write_text(yaml.safe_dump(recipe))
+    entries = tmp_path / "entries"
+    (entries / "tiny-import").mkdir(parents=True)
+    (entries / "tiny-import" / "card.yaml").write_text(yaml.safe_dump({
+        "name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
+        "description": "imported in a test", "license": "Apache-2.0",
+        "training": {"recipe": str(tmp_path / "tiny-import.yaml"), "imported_from": "a random tiny BertModel"}}))
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home")}
+
+    refused = zoo_cli("build", "tiny-import", env=env)
+    assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr
+
+    result = zoo_cli("import", "tiny-import", "--from", str(tmp_path / "upstream"), env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    card = load_card(entries / "tiny-import" / "card.yaml")
+    for variant in card.variants.values():
+        assert variant.built and variant.metrics["parity_onnx_max_abs_diff"] < 1e-4
+    assert card.num_params == sum(p.numel() for p in build_model("bert", 8, **recipe["model_args"]).parameters())
+
+
+def test_import_refuses_non_bert_folder(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
+    result = zoo_cli("import", "digits-cnn", "--from", str(tmp_path / "ckpt"), env={"ZOO_HOME": str(tmp_path / "h")})
+    assert result.returncode == 1 and "model_type is 'gpt2'" in result.stderr

@@ -1,0 +1,209 @@
+"""`zoo validate`: re-measure every variant of every entry, every time (what the ONNX Model Zoo's CI never did).
+
+For each entry: obtain its files (configured LFS remotes, else a rebuild from its recipe in a scratch copy,
+so the checkout is never touched), then for each variant on the card:
+  sha256 against the card (and whether a rebuild reproduced it), onnx.checker full check,
+  the stored test_data_set_* through onnxruntime (fp32/fp16 outputs within tolerance; int8 by labels),
+  accuracy on the evaluation split against the card (minus its tolerance) and the int8 drop vs fp32,
+  every extra opset giving the reference predictions; and the manifest against the cards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from zoo import catalog
+from zoo.cards import ModelCard, load_card
+from zoo.catalog import Entry
+from zoo.errors import IntegrityError, ObjectNotFoundError
+from zoo.store.fetch import fetch_object
+from zoo.store.pointer import pointer_for, read_pointer
+
+OUTPUT_RTOL = OUTPUT_ATOL = 1e-3
+FP16_ATOL = 2e-2  # fp16 arithmetic: logits agree to about 1e-2
+INT8_LABEL_AGREEMENT = 0.9
+MAX_INT8_DROP = 0.005
+
+
+@dataclass
+class Row:
+    entry: str
+    variant: str
+    check: str
+    ok: bool
+    measured: float | None = None
+    card: float | None = None
+    detail: str = ""
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.measured is None or self.card is None else self.measured - self.card
+
+
+def _variant_of(card: ModelCard, rel: Path) -> str:
+    for key, variant in card.variants.items():
+        if str(rel) == variant.file or str(rel) in variant.extra_opsets.values():
+            return key
+    return "*"
+
+
+def _obtain(entry: Entry, scratch: Path, rows: list[Row], log) -> tuple[Path, ModelCard, str] | None:
+    """A folder holding the entry's real files, the card describing them, and where they came from."""
+    folder = scratch / entry.name
+    folder.mkdir(parents=True)
+    corrupt = False
+    try:
+        for path in sorted(p for p in entry.dir.rglob("*") if p.is_file() and p.name != "card.yaml"):
+            rel = path.relative_to(entry.dir)
+            pointer = read_pointer(path) or pointer_for(path)
+            try:
+                got, source, _ = fetch_object(pointer, f"{entry.name}/{rel}", checkout_path=path, show_progress=False)
+            except IntegrityError as exc:
+                rows.append(Row(entry.name, _variant_of(entry.card, rel), "sha256", False, detail=str(exc)[:300]))
+                corrupt = True
+                continue
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(got, folder / rel)
+        return None if corrupt else (folder, entry.card, "store")
+    except ObjectNotFoundError as exc:
+        training = entry.card.training
+        if not training.recipe or (training.imported_from and not training.import_source):
+            rows.append(Row(entry.name, "*", "obtain", False, detail=f"not in any store and cannot be rebuilt here: {exc}"))
+            return None
+        log(f"[{entry.name}] not in any configured store: rebuilding from recipe {entry.card.training.recipe}")
+    shutil.rmtree(folder)
+    entries = scratch / "rebuild"
+    entries.mkdir(exist_ok=True)
+    (entries / entry.name).mkdir()
+    shutil.copyfile(entry.dir / "card.yaml", entries / entry.name / "card.yaml")
+    env = {**os.environ, "ZOO_ENTRIES": str(entries)}
+    result = subprocess.run([sys.executable, "-m", "zoo.cli", "build", entry.name], env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        rows.append(Row(entry.name, "*", "obtain", False, detail=f"rebuild failed: {result.stderr.strip()[-500:]}"))
+        return None
+    rows.append(Row(entry.name, "*", "obtain", True, detail="rebuilt from its recipe (no store had it)"))
+    return entries / entry.name, load_card(entries / entry.name / "card.yaml"), "rebuilt"
+
+
+def _load_test_sets(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    sets = []
+    for test_dir in sorted(folder.glob("test_data_set_*")):
+        tensors = []
+        for name in ("input_0.pb", "output_0.pb"):
+            proto = onnx.TensorProto()
+            proto.ParseFromString((test_dir / name).read_bytes())
+            tensors.append(numpy_helper.to_array(proto))
+        sets.append((tensors[0], tensors[1]))
+    return sets
+
+
+def validate_entry(entry: Entry, scratch: Path, log=print) -> list[Row]:
+    from zoo.data import load_dataset
+    from zoo.evaluate import predict
+
+    rows: list[Row] = []
+    card = entry.card
+    built = {k: v for k, v in card.variants.items() if v.built}
+    if not built:
+        return [Row(entry.name, "*", "built", True, detail="no variant built yet (card lists planned variants)")]
+    obtained = _obtain(entry, scratch, rows, log)
+    if obtained is None:
+        return rows
+    folder, measured_card, source = obtained
+    test_sets = _load_test_sets(folder)
+    rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
+                    else "no test_data_set_* folder: the stored reference outputs are missing"))
+    split = load_dataset(card.dataset.name).test
+    x, y = split.x.numpy(), split.y.numpy()
+    reference_labels = None
+    fp32_accuracy = None
+    for key, variant in built.items():
+        path = folder / variant.file
+        new = measured_card.variants.get(key)
+        if source == "rebuilt":
+            same = new is not None and new.sha256 == variant.sha256
+            rows.append(Row(entry.name, key, "sha256", True, detail="rebuild reproduced the card's sha256" if same
+                            else "rebuild gave different bytes (other CPU/threads); accuracy decides"))
+        else:
+            actual = pointer_for(path)
+            rows.append(Row(entry.name, key, "sha256", (actual.oid, actual.size) == (variant.sha256, variant.size),
+                            detail=f"{actual.oid[:12]}… vs card {variant.sha256[:12]}…"))
+        try:
+            onnx.checker.check_model(str(path), full_check=True)
+            rows.append(Row(entry.name, key, "onnx.checker", True))
+        except Exception as exc:  # noqa: BLE001 - any checker failure is a failed row
+            rows.append(Row(entry.name, key, "onnx.checker", False, detail=str(exc)[:200]))
+            continue
+        for i, (inputs, expected) in enumerate(test_sets):
+            got = predict(path, inputs)
+            if variant.precision == "int8":
+                agree = float((got.argmax(1) == expected.argmax(1)).mean())
+                rows.append(Row(entry.name, key, f"test_data_set_{i}", agree >= INT8_LABEL_AGREEMENT, agree, 1.0,
+                                detail="label agreement with the fp32 reference outputs"))
+            else:
+                atol = FP16_ATOL if variant.precision == "fp16" else OUTPUT_ATOL
+                diff = float(np.abs(got - expected).max())
+                close = bool(np.allclose(got, expected, rtol=OUTPUT_RTOL, atol=atol))
+                rows.append(Row(entry.name, key, f"test_data_set_{i}", close, diff, 0.0, detail=f"max |diff| (atol {atol})"))
+        logits = predict(path, x)
+        accuracy = float((logits.argmax(1) == y).mean())
+        claimed = card.metric(key)
+        rows.append(Row(entry.name, key, "accuracy", claimed is not None and accuracy >= claimed - variant.tolerance,
+                        accuracy, claimed, detail=f"tolerance {variant.tolerance}"))
+        if key == "fp32":
+            fp32_accuracy, reference_labels = accuracy, logits.argmax(1)
+            for opset, file in variant.extra_opsets.items():
+                agree = float((predict(folder / file, x).argmax(1) == reference_labels).mean())
+                rows.append(Row(entry.name, key, f"opset {opset}", agree >= 0.999, agree, 1.0,
+                                detail=f"{file}: same predictions as opset {variant.opset}"))
+        elif variant.precision == "int8" and fp32_accuracy is not None:
+            drop = fp32_accuracy - accuracy
+            explained = "int8 loss" in card.description
+            rows.append(Row(entry.name, key, "int8 drop", drop <= MAX_INT8_DROP or explained, drop, MAX_INT8_DROP,
+                            detail="accuracy lost vs fp32" + (" (explained on the card)" if explained else "")))
+    return rows
+
+
+def validate(names: list[str] | None = None, log=print) -> tuple[list[Row], float]:
+    started = time.perf_counter()
+    catalog.reload()
+    targets = names or catalog.list_models()
+    rows: list[Row] = []
+    committed = catalog.manifest_path()
+    rows.append(Row("*", "*", "manifest", committed.exists() and committed.read_text() == catalog.manifest_text(),
+                    detail=f"{committed.name} matches the cards" ))
+    with tempfile.TemporaryDirectory(prefix="zoo-validate-") as tmp:
+        for name in targets:
+            entry = catalog.get_entry(name)
+            log(f"[{name}] validating")
+            rows += validate_entry(entry, Path(tmp), log)
+    return rows, time.perf_counter() - started
+
+
+def markdown_report(rows: list[Row], seconds: float) -> str:
+    failed = [r for r in rows if not r.ok]
+    lines = [f"# Validation report", "", f"{len(rows) - len(failed)} checks passed, {len(failed)} failed, "
+             f"in {seconds:.0f} s.", "", "| entry | variant | check | verdict | measured | card | delta | detail |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(rows, key=lambda r: r.ok):
+        fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
+        lines.append(f"| {r.entry} | {r.variant} | {r.check} | {'pass' if r.ok else '**FAIL**'} | {fmt(r.measured)} | "
+                     f"{fmt(r.card)} | {'' if r.delta is None else f'{r.delta:+.4f}'} | {r.detail} |")
+    return "\n".join(lines) + "\n"
+
+
+def rows_json(rows: list[Row], seconds: float) -> str:
+    return json.dumps({"seconds": seconds, "passed": all(r.ok for r in rows),
+                       "rows": [{**asdict(r), "delta": r.delta} for r in sorted(rows, key=lambda r: r.ok)]}, indent=2)
