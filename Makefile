@@ -4,6 +4,9 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.zoo-setup-done
+# The text dataset: Debian's fortunes databases, downloaded as .deb files and unpacked (never installed).
+FORTUNES := $(VENV)/share/zoo-data/fortunes
+FORTUNE_PACKAGES := fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Runs of the test suite and benchmarks use this many threads per process (2-core machines).
 export OMP_NUM_THREADS ?= 1
@@ -13,13 +16,23 @@ ifneq ($(wildcard ../shared/zoo-lfs),)
 export ZOO_LFS_URL ?= $(abspath ../shared/zoo-lfs)
 endif
 
-.PHONY: setup test quickstart benchmarks manifest clean-cache
+.PHONY: setup test quickstart benchmarks manifest docs docs-serve
 
-setup: $(STAMP)
+setup: $(STAMP) $(FORTUNES)/.done
+
+$(FORTUNES)/.done:
+	rm -rf $(FORTUNES).tmp && mkdir -p $(FORTUNES).tmp/debs
+	cd $(FORTUNES).tmp/debs && (apt-get download $(FORTUNE_PACKAGES) || \
+	  ($(SUDO) apt-get update -q && apt-get download $(FORTUNE_PACKAGES)))
+	for deb in $(FORTUNES).tmp/debs/*.deb; do \
+	  dpkg -x $$deb $(FORTUNES).tmp/$$(dpkg-deb -f $$deb Package) || exit 1; done
+	rm -rf $(FORTUNES).tmp/debs $(FORTUNES) && mv $(FORTUNES).tmp $(FORTUNES) && touch $(FORTUNES)/.done
 
 $(STAMP): pyproject.toml Makefile tools/cxx17
 	@git lfs version >/dev/null 2>&1 || $(SUDO) apt-get install -y -q git-lfs || \
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q git-lfs)
+	@command -v chromium >/dev/null || $(SUDO) apt-get install -y -q chromium || \
+	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	# torch first and pinned: anything else may pull a multi-GB CUDA build.
@@ -51,3 +64,11 @@ manifest: setup
 benchmarks: setup
 	$(BIN)/python benchmarks/fetch_throughput.py
 	$(BIN)/python benchmarks/training.py
+	$(BIN)/python benchmarks/latency.py
+
+docs: setup
+	$(BIN)/zoo docs
+	$(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: docs
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000

@@ -78,6 +78,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         summary = json.loads((out / "summary.json").read_text())
         _install_files(summary, out, entry_dir)
         _write_test_data(summary, out, entry_dir)
+        _write_curve(summary, entry_dir)
     raw.update(_measured_fields(summary, raw, command_shown or " ".join(command), build_seconds, threads))
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
@@ -93,6 +94,16 @@ def _install_files(summary: dict, out: Path, entry_dir: Path) -> None:
         atomic_copy(out / v["file"], entry_dir / v["file"])
         for extra in v.get("extra_opsets", {}).values():
             atomic_copy(out / extra["file"], entry_dir / extra["file"])
+
+
+def _write_curve(summary: dict, entry_dir: Path, points: int = 200) -> None:
+    """The training loss per step (downsampled to at most `points` per phase): the docs plot it."""
+    curve = {}
+    for phase, info in summary["phases"].items():
+        losses = info.get("losses", [])
+        stride = max(1, len(losses) // points)
+        curve[phase] = {"step": list(range(0, len(losses), stride)), "loss": [round(v, 6) for v in losses[::stride]]}
+    atomic_write_text(entry_dir / "training_curve.json", json.dumps(curve) + "\n")
 
 
 def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:

@@ -164,3 +164,84 @@ def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Check
 
     path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False))
     out.print(f"imported {name}: {path}")
+
+
+@app.command()
+def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (default: all built ones)."),
+             split: str = typer.Option("test", help="Dataset split."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Fetch a model's variants and measure their accuracy with onnxruntime, next to the card's numbers."""
+    from zoo.evaluate import evaluate_variant
+
+    card = catalog.get_card(name)
+    keys = variant or [k for k, v in card.variants.items() if v.built]
+    rows = [evaluate_variant(name, k, split, show_progress=not as_json) for k in keys]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("variant", f"accuracy ({split})", "card", "delta", "from", title=name)
+    for r in rows:
+        table.add_row(r["variant"], _metric(r["accuracy"]), _metric(r["card"]),
+                      "-" if r["delta"] is None else f"{r['delta']:+.4f}", r["source"])
+    out.print(table)
+
+
+@app.command()
+def validate(names: list[str] = typer.Argument(None, help="Entries (default: all)."),
+             all_entries: bool = typer.Option(False, "--all", help="Every entry (the default)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+             report: Optional[Path] = typer.Option(None, help="Also write a markdown report here (and .json beside it).")) -> None:
+    """Re-measure every variant of every entry against its card; non-zero exit on any failure."""
+    from zoo.store.cache import atomic_write_text
+    from zoo.validate import markdown_report, rows_json, validate as run_validation
+
+    rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False))
+    if report is not None:  # markdown for people and the docs, JSON beside it for the docs generator
+        atomic_write_text(report, markdown_report(rows, seconds))
+        atomic_write_text(report.with_suffix(".json"), rows_json(rows, seconds) + "\n")
+    if as_json:
+        print(rows_json(rows, seconds))
+    else:
+        table = Table("entry", "variant", "check", "verdict", "measured", "card", "delta", "detail",
+                      title=f"zoo validate ({seconds:.0f} s)")
+        fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
+        for r in sorted(rows, key=lambda r: r.ok):
+            table.add_row(r.entry, r.variant, r.check, "pass" if r.ok else "[red]FAIL[/red]", fmt(r.measured),
+                          fmt(r.card), "" if r.delta is None else f"{r.delta:+.4f}", r.detail)
+        out.print(table)
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        raise ZooError(f"{len(failed)} validation check(s) failed, first: {failed[0].entry} {failed[0].variant} "
+                       f"{failed[0].check}: {failed[0].detail}")
+
+
+@app.command()
+def docs() -> None:
+    """Generate the docs site's model pages and references from the cards (then `mkdocs build`)."""
+    from zoo.docs import generate
+
+    for path in generate():
+        out.print(f"wrote {path}")
+
+
+@app.command()
+def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
+          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8080),
+          no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
+    """Serve an LFS mirror (Batch API, resumable downloads) with giftless."""
+    from zoo.store.serve import serve as run_server
+
+    err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs")
+    run_server(storage, host, port, ranges=not no_ranges)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except ZooError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -130,7 +130,7 @@ def quantize_biases(model: onnx.ModelProto) -> onnx.ModelProto:
     """
     inits = {i.name: i for i in model.graph.initializer}
     producer = {out: node for node in model.graph.node for out in node.output}
-    added_inits, added_nodes, replaced = [], [], set()
+    added_inits, added_nodes, rewired = [], [], []
     for node in model.graph.node:
         if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or node.input[2] not in inits:
             continue
@@ -142,15 +142,17 @@ def quantize_biases(model: onnx.ModelProto) -> onnx.ModelProto:
         bias = numpy_helper.to_array(inits[node.input[2]])
         scale = np.broadcast_to((x_scale * w_scale).astype(np.float32), bias.shape).copy()
         q_bias = np.clip(np.round(bias / scale), -(2**31), 2**31 - 1).astype(np.int32)
-        name = node.input[2]
+        # A bias shared by several nodes (an unrolled RNN) meets a different input scale at each: one DQ per use.
+        name = f"{node.input[2]}.{len(added_nodes)}"
         added_inits += [numpy_helper.from_array(q_bias, f"{name}.int32"), numpy_helper.from_array(scale, f"{name}.scale"),
                         numpy_helper.from_array(np.zeros(bias.shape, np.int32), f"{name}.zero_point")]
         added_nodes.append(helper.make_node("DequantizeLinear", [f"{name}.int32", f"{name}.scale", f"{name}.zero_point"],
                                             [f"{name}.dequantized"], axis=0, name=f"{name}.DequantizeLinear"))
-        replaced.add(name)
+        rewired.append(node.input[2])
         node.input[2] = f"{name}.dequantized"
     if added_nodes:
-        kept = [i for i in model.graph.initializer if i.name not in replaced]
+        still_used = {i for node in model.graph.node for i in node.input}
+        kept = [i for i in model.graph.initializer if i.name not in set(rewired) or i.name in still_used]
         del model.graph.initializer[:]
         model.graph.initializer.extend(kept + added_inits)
         model.graph.node.extend(added_nodes)

@@ -263,7 +263,7 @@ def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: P
                 "threads": torch.get_num_threads(), "seed": recipe.seed, "num_params": count_params(model),
                 "dataset": data.name, "eval_split": recipe.eval_split,
                 "phases": {p.name: {"steps": p.steps, "seconds": round(p.seconds, 3), "first_loss": p.losses[0] if p.losses else None,
-                                    "final_loss": p.losses[-1] if p.losses else None} for p in phases},
+                                    "final_loss": p.losses[-1] if p.losses else None, "losses": p.losses} for p in phases},
                 "torch_accuracy": torch_metrics, "variants": variants,
                 "wall_seconds": round(time.perf_counter() - started, 3),
                 "library_versions": library_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},

@@ -1,0 +1,79 @@
+"""The docs site: generated from the cards, built with --strict, and checked in a real browser (Debian's chromium)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers import REPO, free_port
+from zoo import catalog
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "zoo"), "docs"], cwd=REPO, check=True, capture_output=True)
+    build = subprocess.run([str(bin_dir / "mkdocs"), "build", "--strict", "--site-dir", str(out)], cwd=REPO,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            requests.get(url, timeout=1)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    yield url, out
+    server.kill()
+    server.wait()
+
+
+def test_every_entry_has_a_page_generated_from_its_card(site):
+    _, out = site
+    for name, entry in catalog.entries().items():
+        page = (out / "models" / name / "index.html").read_text()
+        assert f"zoo fetch {name} --variant fp32" in page
+        metric = entry.card.metric("fp32")
+        if metric is not None:
+            assert f">{metric:.4f}<" in page
+
+
+def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
+    assert shutil.which("chromium") or Path(CHROMIUM).exists(), "Debian's chromium is missing: `make setup` installs it"
+    from playwright.sync_api import sync_playwright
+
+    url, _ = site
+    name = "mnist1d-cnn" if "mnist1d-cnn" in catalog.entries() else next(iter(catalog.entries()))
+    card = catalog.get_card(name)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page()
+        page.goto(f"{url}/models/", wait_until="networkidle")
+        assert "Models" in page.title()
+        page.locator("label.md-search__icon, .md-search__input").first.click()
+        search = page.locator("input.md-search__input")
+        search.press_sequentially(name, delay=50)
+        result = page.locator(f".md-search-result__link[href*='models/{name}/']").first
+        result.wait_for(timeout=20_000)
+        result.click()
+        page.wait_for_load_state("networkidle")
+        assert page.locator("h1").first.inner_text() == name
+        shown = page.locator('span.metric[data-variant="fp32"]').first.inner_text()
+        assert shown == f"{card.metric('fp32'):.4f}"
+        page.screenshot(path=str(tmp_path / "card.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "card.png").stat().st_size > 10_000

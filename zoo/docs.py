@@ -1,0 +1,190 @@
+"""Generate the docs site's model pages from the same cards the CLI reads (so the site cannot drift).
+
+`zoo docs` writes docs/models/*.md, docs/reference/recipes.md and the plots under docs/models/img/;
+`make docs` then runs `mkdocs build --strict`. Latency comes from benchmarks/results/latency.json and
+the validation verdicts from benchmarks/results/validation.json when those measurements exist.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zoo import catalog
+from zoo.cards import ModelCard
+from zoo.config import REPO_ROOT
+from zoo.store.cache import atomic_write_text
+
+DOCS = REPO_ROOT / "docs"
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+LAUNCHERS = {"ddp": "torchrun --nproc_per_node 2 launchers/ddp.py"}
+VARIANT_ORDER = ["fp32", "int8-qat", "int8-ptq", "fp16"]
+
+
+def _load_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _size(n: int | None) -> str:
+    return "–" if n is None else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _verdicts(validation: dict, name: str) -> dict[str, str]:
+    by_variant: dict[str, bool] = {}
+    for row in validation.get("rows", []):
+        if row["entry"] == name:
+            by_variant[row["variant"]] = by_variant.get(row["variant"], True) and row["ok"]
+    overall = by_variant.pop("*", True)
+    return {k: ("pass" if ok and overall else "FAIL") for k, ok in by_variant.items()}
+
+
+def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images = []
+    curve = _load_json(folder / "training_curve.json")
+    if curve:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        offset = 0
+        for phase, points in curve.items():
+            ax.plot([s + offset for s in points["step"]], points["loss"], label=phase)
+            offset += (points["step"][-1] + 1) if points["step"] else 0
+        ax.set(xlabel="optimizer step", ylabel="training loss", yscale="log", title=f"{card.name}: training curve")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"{card.name}-curve.png", dpi=110)
+        plt.close(fig)
+        images.append(f"![training curve](img/{card.name}-curve.png)")
+    if latency:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        for key, v in card.variants.items():
+            if key in latency and v.metrics.get(card.primary_metric) is not None:
+                ax.scatter(latency[key]["batch32"], v.metrics[card.primary_metric], label=key, s=40)
+        ax.set(xlabel="onnxruntime latency, batch 32 (ms)", ylabel=card.primary_metric,
+               title=f"{card.name}: accuracy vs latency")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"{card.name}-tradeoff.png", dpi=110)
+        plt.close(fig)
+        images.append(f"![accuracy vs latency](img/{card.name}-tradeoff.png)")
+    return images
+
+
+def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], img_dir: Path) -> str:
+    c = entry.card
+    lines = [f"# {c.name}", "", c.description, "",
+             f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
+             f"**Parameters** {c.num_params:,} · **Licence** {c.license}", "", "## Variants", "",
+             f"| variant | precision | quantization | opset | {c.primary_metric} | validation | latency b1 (ms) | "
+             "latency b32 (ms) | size | sha256 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, v in c.variants.items():
+        lat = latency.get(key, {})
+        lines.append(f"| {key} | {v.precision} | {v.quantization} | {v.opset} | "
+                     f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
+                     f"{verdicts.get(key, 'not run') if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
+                     f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` |")
+    extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
+    if extra:
+        lines += ["", "The fp32 weights are also exported at " + ", ".join(extra) + "."]
+    lines += ["", "## Get it", "", "```bash"]
+    lines += [f"zoo fetch {c.name} --variant {key}" for key in c.variants]
+    lines += ["```", "", "## Train it", "", "```bash"]
+    if c.training.imported_from:
+        lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
+    for launcher, command in LAUNCHERS.items():
+        lines.append(f"{command} --recipe {c.training.recipe} --model {c.architecture}   # {launcher}")
+    lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
+    lines += ["```", "", f"Produced by `{c.training.command}`"
+              + (f", seed {c.training.seed}, {c.training.threads} thread(s) per process" if c.training.seed is not None else "")
+              + (f", in {c.training.build_time_s:.0f} s on 2 CPU cores" if c.training.build_time_s else "") + "."]
+    if c.training.library_versions:
+        lines += ["", "Library versions: " + ", ".join(f"{k} {v}" for k, v in c.training.library_versions.items()) + "."]
+    d = c.dataset
+    lines += ["", "## Dataset", "", f"**{d.name}**: {d.source}.", "", f"Licence: {d.license}.", "",
+              "Splits: " + ", ".join(f"{k} {v:,}" for k, v in d.splits.items()) + "."]
+    if d.class_balance:
+        lines += ["", "Training examples per class: " + ", ".join(f"{k} {v}" for k, v in d.class_balance.items()) + "."]
+    lines += ["", "## Preprocessing", ""] + [f"{i}. {step}" for i, step in enumerate(c.preprocessing, 1)]
+    lines += ["", "## Inputs and outputs", "", "| tensor | name | shape | dtype |", "| --- | --- | --- | --- |"]
+    lines += [f"| input | `{t.name}` | {t.shape} | {t.dtype} |" for t in c.inputs]
+    lines += [f"| output | `{t.name}` | {t.shape} | {t.dtype} |" for t in c.outputs]
+    labels = next((t.labels for t in c.outputs if t.labels), None)
+    if labels:
+        lines += ["", "Labels: " + ", ".join(f"`{label}`" for label in labels) + "."]
+    images = _plots(c, entry.dir, img_dir, latency)
+    if images:
+        lines += ["", "## Measurements", ""] + images
+    return "\n".join(lines) + "\n"
+
+
+def index_page(entries: dict, latency: dict, validation: dict) -> str:
+    lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
+             "Click a column header to sort.", "",
+             "| model | task | params | fp32 | int8-qat | int8-ptq | fp16 | size (fp32) | fp32 latency b32 (ms) | opsets |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, entry in entries.items():
+        c = entry.card
+        metric = {k: _fmt(c.metric(k)) if k in c.variants else "–" for k in VARIANT_ORDER}
+        opsets = sorted({v.opset for v in c.variants.values()} | {o for v in c.variants.values() for o in v.extra_opsets})
+        lat = latency.get(name, {}).get("fp32", {}).get("batch32")
+        lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric['fp32']} | {metric['int8-qat']} | "
+                     f"{metric['int8-ptq']} | {metric['fp16']} | {_size(c.variants['fp32'].size)} | {_fmt(lat, 3)} | "
+                     f"{', '.join(map(str, opsets))} |")
+    if validation:
+        lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "
+                      f"({len(validation.get('rows', []))} checks, {validation.get('seconds', 0):.0f} s)."]
+    return "\n".join(lines) + "\n"
+
+
+def recipes_reference() -> str:
+    from zoo.recipes import Recipe
+
+    lines = ["# Recipe reference", "", "Generated from the recipe schema (`zoo/recipes.py`). Any field can be overridden "
+             "on the command line as `key=value` (dotted for sections, e.g. `optimizer.lr=0.01`).", ""]
+
+    def describe(model, prefix: str = "") -> None:
+        rows = []
+        for name, field in model.model_fields.items():
+            annotation = getattr(field.annotation, "__name__", None)
+            if isinstance(field.annotation, type) and hasattr(field.annotation, "model_fields"):
+                describe(field.annotation, f"{prefix}{name}.")
+                continue
+            default = "required" if field.is_required() else json.dumps(field.get_default(call_default_factory=True), default=str)
+            kind = str(field.annotation).replace("typing.", "") if annotation is None else annotation
+            rows.append(f"| `{prefix}{name}` | `{kind}` | `{default}` |")
+        if rows:
+            lines.extend([f"## `{prefix.rstrip('.') or 'recipe'}`", "", "| field | type | default |", "| --- | --- | --- |", *rows, ""])
+
+    describe(Recipe)
+    recipes = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
+    lines += ["## Recipes in this repository", "", "| recipe | description |", "| --- | --- |"]
+    import yaml
+
+    for path in recipes:
+        data = yaml.safe_load(path.read_text())
+        lines.append(f"| `{path.stem}` | {' '.join(str(data.get('description', '')).split())} |")
+    return "\n".join(lines) + "\n"
+
+
+def generate() -> list[Path]:
+    entries = catalog.entries()
+    latency_all = _load_json(RESULTS / "latency.json").get("entries", {})
+    validation = _load_json(RESULTS / "validation.json")
+    models = DOCS / "models"
+    img = models / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, entry in entries.items():
+        page = models / f"{name}.md"
+        atomic_write_text(page, model_page(entry, latency_all.get(name, {}), _verdicts(validation, name), img))
+        written.append(page)
+    atomic_write_text(models / "index.md", index_page(entries, latency_all, validation))
+    atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
+    return [*written, models / "index.md", DOCS / "reference" / "recipes.md"]
