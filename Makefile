@@ -16,7 +16,7 @@ ifneq ($(wildcard ../shared/zoo-lfs),)
 export ZOO_LFS_URL ?= $(abspath ../shared/zoo-lfs)
 endif
 
-.PHONY: setup test quickstart benchmarks manifest docs docs-serve
+.PHONY: setup test validate quickstart benchmarks manifest docs docs-serve
 
 setup: $(STAMP) $(FORTUNES)/.done
 
@@ -55,8 +55,13 @@ quickstart: setup
 	$(BIN)/zoo fetch digits-cnn --variant int8-qat || $(BIN)/zoo build digits-cnn
 	$(BIN)/zoo evaluate digits-cnn
 
+# The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
 test: setup
 	$(BIN)/python -m pytest -q -ra
+	bash ci/validate.sh
+
+validate: setup
+	bash ci/validate.sh
 
 manifest: setup
 	$(BIN)/zoo manifest

@@ -125,12 +125,12 @@ class LfsServer:
         return matches[0]
 
 
-def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 40) -> dict:
+def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250) -> dict:
     """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment."""
     data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
     data.update(name="quick", steps=steps, tracking={"enabled": False})
     data.pop("epochs")
-    data["quantization"]["qat_steps"] = 10
+    data["quantization"]["qat_steps"] = 50
     recipe = root / "quick.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text(yaml.safe_dump(data))

@@ -8,7 +8,7 @@ timm's pretrained configs separate them). Every measured field is written by cod
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -101,19 +101,23 @@ class ModelCard(Strict):
         return self.variants[variant].metrics.get(self.primary_metric)
 
 
-def _field_path(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
+T = TypeVar("T", bound=BaseModel)
 
 
-def parse_card(data: object, source: str) -> ModelCard:
+def validate_file_data(schema: type[T], data: object, source: str) -> T:
+    """Validate YAML data against a schema; errors name the file and every bad field on one line."""
     try:
-        return ModelCard.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             kind = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
-            problems.append(f"{_field_path(err['loc'])}: {kind}")
+            problems.append(f"{'.'.join(str(part) for part in err['loc']) or '(top level)'}: {kind}")
         raise CardError(f"{source}: " + "; ".join(problems)) from None
+
+
+def parse_card(data: object, source: str) -> ModelCard:
+    return validate_file_data(ModelCard, data, source)
 
 
 def load_card(path: Path) -> ModelCard:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from zoo.cards import _field_path
+from zoo.cards import validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
 
@@ -152,11 +152,4 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None, **fields:
     for key, value in fields.items():
         if value is not None:
             _set_dotted(data, key, value, str(path))
-    try:
-        return Recipe.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            kind = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
-            problems.append(f"{_field_path(err['loc'])}: {kind}")
-        raise CardError(f"{path}: " + "; ".join(problems)) from None
+    return validate_file_data(Recipe, data, str(path))
