@@ -16,7 +16,7 @@ ifneq ($(wildcard ../shared/zoo-lfs),)
 export ZOO_LFS_URL ?= $(abspath ../shared/zoo-lfs)
 endif
 
-.PHONY: setup test validate quickstart benchmarks manifest docs docs-serve
+.PHONY: setup test validate validate-full quickstart benchmarks manifest docs docs-serve
 
 setup: $(STAMP) $(FORTUNES)/.done
 
@@ -62,6 +62,9 @@ test: setup
 
 validate: setup
 	bash ci/validate.sh
+
+validate-full: setup
+	ZOO_REBUILD_BUDGET=none bash ci/validate.sh
 
 manifest: setup
 	$(BIN)/zoo manifest

@@ -93,3 +93,17 @@ def test_missing_test_data_set_fails(published, tmp_path):
     assert result.returncode == 1
     assert [(r["variant"], r["check"]) for r in _failed(result)] == [("*", "test data")]
     assert "error: 1 validation check(s) failed" in result.stderr
+
+
+def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
+    env, _ = _copy(published, tmp_path)
+    env["ZOO_LFS_URL"] = ""  # no store: the checkout holds only pointers
+    skipped = zoo_cli("validate", "--json", "--rebuild-budget", "1", env=env, timeout=600)
+    assert skipped.returncode == 0
+    rows = json.loads(skipped.stdout)["rows"]
+    assert any(r["check"] == "obtain" and r["verdict"] == "skip" and "budget" in r["detail"] for r in rows)
+    rebuilt = zoo_cli("validate", "--json", env=env, timeout=900)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    rows = json.loads(rebuilt.stdout)["rows"]
+    assert any(r["check"] == "obtain" and "rebuilt" in r["detail"] for r in rows)
+    assert {r["variant"] for r in rows if r["check"] == "accuracy"} == {"fp32", "int8-qat", "int8-ptq", "fp16"}

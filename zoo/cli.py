@@ -190,12 +190,15 @@ def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (
 def validate(names: list[str] = typer.Argument(None, help="Entries (default: all)."),
              all_entries: bool = typer.Option(False, "--all", help="Every entry (the default)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-             report: Optional[Path] = typer.Option(None, help="Also write a markdown report here (and .json beside it).")) -> None:
+             report: Optional[Path] = typer.Option(None, help="Also write a markdown report here (and .json beside it)."),
+             rebuild_budget: Optional[float] = typer.Option(None, help="Skip (and report) entries that no store has "
+                                                            "and whose rebuild takes longer than this many seconds.")) -> None:
     """Re-measure every variant of every entry against its card; non-zero exit on any failure."""
     from zoo.store.cache import atomic_write_text
     from zoo.validate import markdown_report, rows_json, validate as run_validation
 
-    rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False))
+    rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
+                                   rebuild_budget=rebuild_budget)
     if report is not None:  # markdown for people and the docs, JSON beside it for the docs generator
         atomic_write_text(report, markdown_report(rows, seconds))
         atomic_write_text(report.with_suffix(".json"), rows_json(rows, seconds) + "\n")
@@ -206,7 +209,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
                       title=f"zoo validate ({seconds:.0f} s)")
         fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
         for r in sorted(rows, key=lambda r: r.ok):
-            table.add_row(r.entry, r.variant, r.check, "pass" if r.ok else "[red]FAIL[/red]", fmt(r.measured),
+            table.add_row(r.entry, r.variant, r.check, r.verdict.replace("FAIL", "[red]FAIL[/red]"), fmt(r.measured),
                           fmt(r.card), "" if r.delta is None else f"{r.delta:+.4f}", r.detail)
         out.print(table)
     failed = [r for r in rows if not r.ok]

@@ -34,12 +34,16 @@ def _size(n: int | None) -> str:
 
 
 def _verdicts(validation: dict, name: str) -> dict[str, str]:
-    by_variant: dict[str, bool] = {}
-    for row in validation.get("rows", []):
-        if row["entry"] == name:
-            by_variant[row["variant"]] = by_variant.get(row["variant"], True) and row["ok"]
-    overall = by_variant.pop("*", True)
-    return {k: ("pass" if ok and overall else "FAIL") for k, ok in by_variant.items()}
+    """Latest validation verdict per variant: FAIL if any of its checks (or the entry's) failed."""
+    rows = [r for r in validation.get("rows", []) if r["entry"] == name]
+    entry_rows = [r for r in rows if r["variant"] == "*"]
+    verdicts = {}
+    for variant in {r["variant"] for r in rows} - {"*"}:
+        mine = [r for r in rows if r["variant"] == variant] + entry_rows
+        verdicts[variant] = "FAIL" if any(not r["ok"] for r in mine) else "pass"
+    if entry_rows and all(r.get("skipped") for r in entry_rows):
+        return {"*": "skipped (not rebuilt in the fast CI run)"}
+    return verdicts
 
 
 def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]:
@@ -88,7 +92,7 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
         lat = latency.get(key, {})
         lines.append(f"| {key} | {v.precision} | {v.quantization} | {v.opset} | "
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
-                     f"{verdicts.get(key, 'not run') if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
+                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
                      f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` |")
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
