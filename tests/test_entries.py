@@ -32,7 +32,8 @@ def test_card_schema_manifest_and_pointers(name):
         int8_drop = card.metric("fp32") - card.metric(key)
         assert variant.precision != "int8" or int8_drop <= 0.005 or "loss" in card.description, \
             f"{name} {key} loses {int8_drop:.3f} accuracy; the card must explain it"
-    assert (REPO / "zoo" / "entries" / name / "test_data_set_0" / "input_0.pb").exists()
+    if any(v.built for v in card.variants.values()):
+        assert (REPO / "zoo" / "entries" / name / "test_data_set_0" / "input_0.pb").exists()
 
 
 def test_build_writes_measured_card_and_is_deterministic(tmp_path):

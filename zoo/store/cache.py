@@ -53,9 +53,10 @@ class ObjectCache:
             return None
         return path
 
-    def admit(self, source: Path, pointer: Pointer, move: bool = False) -> Path:
-        """Verify `source` against `pointer` and place it in the cache atomically."""
-        check_file(source, pointer)
+    def admit(self, source: Path, pointer: Pointer, move: bool = False, verified: bool = False) -> Path:
+        """Verify `source` against `pointer` (unless the caller hashed it while streaming) and place it atomically."""
+        if not verified:
+            check_file(source, pointer)
         target = self.path(pointer.oid)
         target.parent.mkdir(parents=True, exist_ok=True)
         if move:

@@ -94,7 +94,7 @@ def fetch_object(
                 # Keep the .part for a later resume; try the next remote.
                 tried.append(f"remote {exc}")
                 continue
-            return cache.admit(part, pointer, move=True), url, resumed_from
+            return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
     if not urls:
         tried.append("no LFS remote configured (set ZOO_LFS_URL or git's lfs.url)")
     raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid[:12]}…) was not found: {'; '.join(tried)}.{build_hint}")

@@ -18,7 +18,10 @@ _STORAGE_GET = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage
 
 
 class RangeDownloads:
-    """Serve ranged GETs of stored objects; everything else goes to giftless unchanged."""
+    """Serve object downloads (ranged or whole) from the storage in 1 MiB blocks; everything else goes to giftless.
+
+    Giftless hands its file object to werkzeug, which iterates a binary file by *lines*: 12 MiB/s measured on a
+    64 MiB object. This server is anonymous read-write by design (keep it on loopback or behind a proxy)."""
 
     def __init__(self, app, storage_path: str):
         self.app = app
@@ -26,7 +29,7 @@ class RangeDownloads:
 
     def __call__(self, environ, start_response):
         match = _STORAGE_GET.match(environ.get("PATH_INFO", ""))
-        if environ.get("REQUEST_METHOD") != "GET" or match is None or "HTTP_RANGE" not in environ:
+        if environ.get("REQUEST_METHOD") != "GET" or match is None:
             return self.app(environ, start_response)
         from werkzeug.wrappers import Request, Response
         from werkzeug.wsgi import wrap_file
@@ -35,7 +38,8 @@ class RangeDownloads:
         if not path.is_file():
             return self.app(environ, start_response)
         request = Request(environ)
-        response = Response(wrap_file(environ, open(path, "rb")), mimetype="application/octet-stream", direct_passthrough=True)
+        response = Response(wrap_file(environ, open(path, "rb"), buffer_size=1 << 20),
+                            mimetype="application/octet-stream", direct_passthrough=True)
         response.make_conditional(request, accept_ranges=True, complete_length=path.stat().st_size)
         return response(environ, start_response)
 
