@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:e5c353568be4f9ada1ca77eaca1254bebcb9c38ad1bab1850fdafe8fccf57ec9
+oid sha256:33c8c8715b345c0b604ab564fd0d21d5386fc6e4f5c9e711d05e5c42af1e5119
 size 657
