@@ -107,3 +107,12 @@ def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
     rows = json.loads(rebuilt.stdout)["rows"]
     assert any(r["check"] == "obtain" and "rebuilt" in r["detail"] for r in rows)
     assert {r["variant"] for r in rows if r["check"] == "accuracy"} == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+
+
+def test_reproduce_rebuilds_cheap_entries_from_scratch(published, tmp_path):
+    env, _ = _copy(published, tmp_path)
+    result = zoo_cli("validate", "--json", "--reproduce-budget", "100000", env=env, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [r for r in json.loads(result.stdout)["rows"] if r["check"] == "reproduce"]
+    assert {r["variant"] for r in rows} == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    assert all("sha256 reproduced" in r["detail"] for r in rows)  # same machine, same threads: same bytes

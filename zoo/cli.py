@@ -192,13 +192,15 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
              report: Optional[Path] = typer.Option(None, help="Also write a markdown report here (and .json beside it)."),
              rebuild_budget: Optional[float] = typer.Option(None, help="Skip (and report) entries that no store has "
-                                                            "and whose rebuild takes longer than this many seconds.")) -> None:
+                                                            "and whose rebuild takes longer than this many seconds."),
+             reproduce_budget: float = typer.Option(0.0, help="Also rebuild from scratch (recipe reproducibility) "
+                                                    "entries a store had, when their build takes at most this long.")) -> None:
     """Re-measure every variant of every entry against its card; non-zero exit on any failure."""
     from zoo.store.cache import atomic_write_text
     from zoo.validate import markdown_report, rows_json, validate as run_validation
 
     rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
-                                   rebuild_budget=rebuild_budget)
+                                   rebuild_budget=rebuild_budget, reproduce_budget=reproduce_budget)
     if report is not None:  # markdown for people and the docs, JSON beside it for the docs generator
         atomic_write_text(report, markdown_report(rows, seconds))
         atomic_write_text(report.with_suffix(".json"), rows_json(rows, seconds) + "\n")
