@@ -187,7 +187,7 @@ class _Calibration:
         return next(self._items, None)
 
 
-def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path) -> Path:
+def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, op_types: list[str] | None = None) -> Path:
     """Post-training static quantization with onnxruntime: the baseline QAT is compared against."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -195,11 +195,11 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path) 
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     tmp, prepared = path.with_suffix(".ptq.tmp"), path.with_suffix(".pre.tmp")
     quant_pre_process(str(fp32_path), str(prepared))  # shape inference + folding, as ORT recommends
-    # Only the weight-bearing ops, as QAT quantizes them: quantizing BERT's attention-mask Add too (its input spans
-    # -3.4e38..x) collapsed every attention score to one value and bert-tiny fell from 95% to 54%.
+    # op_types (recipe quantization.ptq_op_types): BERT recipes list only the weight-bearing ops; quantizing the
+    # attention-mask Add too (its input spans -3.4e38..x) collapsed attention and bert-tiny fell from 95% to 54%.
     quantize_static(str(prepared), str(tmp), _Calibration(input_name, calibration), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv", "Gemm", "MatMul"])
+                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=op_types)
     prepared.unlink()
     replace_into(tmp, path)
     return path

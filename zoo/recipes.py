@@ -45,6 +45,9 @@ class Quantization(Strict):
     start_from: Literal["train", "fetch"] = "train"  # train fp32 first, or start from the zoo's fp32 weights
     max_accuracy_drop: float = Field(0.005, ge=0)  # int8 vs fp32 bound (absolute, 0.005 = 0.5 points)
     calibration_batches: int = Field(8, ge=1)  # for the PTQ baseline
+    # Op types the PTQ baseline quantizes; None = onnxruntime's default set. Transformers list only the
+    # weight-bearing ops: quantizing BERT's attention-mask Add (input range -3.4e38..x) collapsed attention.
+    ptq_op_types: list[str] | None = None
 
 
 class Parallelism(Strict):

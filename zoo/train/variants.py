@@ -54,7 +54,7 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
         generator = torch.Generator().manual_seed(recipe.seed)
         order = torch.randperm(len(data.train), generator=generator)
         calib = [data.train.x[order[i * 32:(i + 1) * 32]].numpy() for i in range(q.calibration_batches)]
-        path = export.stamp(export.export_int8_ptq(fp32, calib, out / FILES["int8-ptq"]), "int8-ptq", common, source=fp32)
+        path = export.stamp(export.export_int8_ptq(fp32, calib, out / FILES["int8-ptq"], q.ptq_op_types), "int8-ptq", common, source=fp32)
         results["int8-ptq"] = _describe(path, _opset(path), accuracy(path, x, y))
     if "fp16" in wanted:
         path = export.stamp(export.export_fp16(fp32, out / FILES["fp16"]), "fp16", common, source=fp32)
