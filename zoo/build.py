@@ -84,8 +84,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         variant["metrics"].update(variant_metrics or {})
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
-    catalog.reload()
-    atomic_write_text(catalog.manifest_path(), catalog.manifest_text())
+    catalog.write_manifest()
     return card_path
 
 
@@ -139,8 +138,7 @@ def describe(name: str) -> Path:
     raw["variants"] = variants
     card = parse_card(raw, str(card_path))
     atomic_write_text(card_path, dump_card(card))
-    catalog.reload()
-    atomic_write_text(catalog.manifest_path(), catalog.manifest_text())
+    catalog.write_manifest()
     return card_path
 
 

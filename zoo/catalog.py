@@ -109,3 +109,13 @@ def manifest_text(root: Path | None = None) -> str:
 
 def manifest_path(root: Path | None = None) -> Path:
     return (root or entries_dir()) / MANIFEST_FILE
+
+
+def write_manifest(root: Path | None = None) -> Path:
+    """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`)."""
+    from zoo.store.cache import atomic_write_text
+
+    reload()
+    path = manifest_path(root)
+    atomic_write_text(path, manifest_text(root))
+    return path

@@ -26,7 +26,6 @@ def _human(size: int | None) -> str:
         if size < 1024 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return ""
 
 
 def _metric(value: float | None) -> str:
@@ -120,16 +119,13 @@ def publish(name: str, to: str = typer.Option(..., help="LFS Batch API URL or ba
 @app.command()
 def manifest(check: bool = typer.Option(False, help="Fail if the committed manifest differs from the cards.")) -> None:
     """Regenerate entries/MANIFEST.json from the cards (or check it)."""
-    from zoo.store.cache import atomic_write_text
-
-    path, text = catalog.manifest_path(), catalog.manifest_text()
+    path = catalog.manifest_path()
     if check:
-        if not path.exists() or path.read_text() != text:
+        if not path.exists() or path.read_text() != catalog.manifest_text():
             raise ZooError(f"{path} is out of date with the cards; run `zoo manifest` and commit it")
         out.print(f"{path}: up to date")
         return
-    atomic_write_text(path, text)
-    out.print(f"wrote {path}")
+    out.print(f"wrote {catalog.write_manifest()}")
 
 
 @app.command()
