@@ -33,6 +33,9 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q git-lfs)
 	@command -v chromium >/dev/null || $(SUDO) apt-get install -y -q chromium || \
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+	@# `ip` makes the two network namespaces of the multi-node test.
+	@command -v ip >/dev/null || $(SUDO) apt-get install -y -q iproute2 || \
+	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iproute2)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	# torch first and pinned: anything else may pull a multi-GB CUDA build.
@@ -45,6 +48,10 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	  CXX=$(CURDIR)/tools/cxx17 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
 	  HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS=-j2 \
 	  $(BIN)/pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
+	# DeepSpeed's CPU communication op, built once here (~1-2 min) rather than JIT in every job's first step;
+	# launchers/deepspeed.py points TORCH_EXTENSIONS_DIR at this folder.
+	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch-extensions DS_ACCELERATOR=cpu $(BIN)/python -c \
+	  "from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('ShareMemCommBuilder').load()"
 	touch $(STAMP)
 
 # The main job on an embedded default: train digits-cnn quantization-aware under torchrun (2 processes,
@@ -73,6 +80,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/fetch_throughput.py
 	$(BIN)/python benchmarks/training.py
 	$(BIN)/python benchmarks/latency.py
+	$(BIN)/python benchmarks/parallel.py
 
 docs: setup
 	$(BIN)/zoo docs

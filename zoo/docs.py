@@ -17,7 +17,29 @@ from zoo.store.cache import atomic_write_text
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-LAUNCHERS = {"ddp": "torchrun --nproc_per_node 2 launchers/ddp.py"}
+# Each launcher's command, and the model capability it needs (None: every model).
+LAUNCHERS = [
+    ("ddp", "torchrun --nproc_per_node 2 launchers/ddp.py", "", None),
+    ("fsdp", "torchrun --nproc_per_node 2 launchers/fsdp.py", "", None),
+    ("deepspeed ZeRO-3", "deepspeed --num_gpus 2 launchers/deepspeed.py", " parallelism.strategy=zero3", None),
+    ("horovod", "horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py", "", None),
+    ("tensor parallel", "torchrun --nproc_per_node 2 launchers/tensor_parallel.py", " parallelism.strategy=tp",
+     "tensor_parallel_plan"),
+    ("pipeline", "torchrun --nproc_per_node 2 launchers/pipeline.py", " parallelism.strategy=pp", "pipeline_blocks"),
+]
+
+
+def launcher_commands(architecture: str, recipe: str) -> list[str]:
+    """The training command of every launcher that supports this architecture."""
+    import torch
+
+    from zoo.models import build_model
+    from zoo.recipes import load_recipe
+
+    with torch.device("meta"):  # capabilities only: no weights are allocated
+        model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
+    return [f"{command} --recipe {recipe} --model {architecture}{extra}   # {name}"
+            for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
 VARIANT_ORDER = ["fp32", "int8-qat", "int8-ptq", "fp16"]
 
 
@@ -102,8 +124,7 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     lines += ["```", "", "## Train it", "", "```bash"]
     if c.training.imported_from:
         lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
-    for launcher, command in LAUNCHERS.items():
-        lines.append(f"{command} --recipe {c.training.recipe} --model {c.architecture}   # {launcher}")
+    lines += launcher_commands(c.architecture, c.training.recipe)
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", f"Produced by `{c.training.command}`"
               + (f", seed {c.training.seed}, {c.training.threads} thread(s) per process" if c.training.seed is not None else "")
@@ -191,4 +212,23 @@ def generate() -> list[Path]:
         written.append(page)
     atomic_write_text(models / "index.md", index_page(entries, latency_all, validation))
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
-    return [*written, models / "index.md", DOCS / "reference" / "recipes.md"]
+    atomic_write_text(DOCS / "reference" / "benchmarks.md", benchmarks_page())
+    return [*written, models / "index.md", DOCS / "reference" / "recipes.md", DOCS / "reference" / "benchmarks.md"]
+
+
+BENCHMARK_PAGES = ["parallel.md", "training.md", "fetch_throughput.md", "validation.md"]
+
+
+def benchmarks_page() -> str:
+    """The measured reports of benchmarks/ (`make benchmarks` writes them), one section each."""
+    lines = ["# Benchmarks", "", "Measured by the scripts in `benchmarks/` (ratios side by side in one run); "
+             "`make benchmarks` re-measures. Per-entry latency is on each model's page.", ""]
+    for name in BENCHMARK_PAGES:
+        path = RESULTS / name
+        if path.exists():
+            # Demote the report's own title so the page keeps one h1.
+            lines += [("#" + line if line.startswith("#") else line) for line in path.read_text().splitlines()] + [""]
+    gpu = RESULTS / "gpu" / "gpu_check.log"
+    if gpu.exists():
+        lines += ["## GPU / NCCL check (`benchmarks/gpu_check.sh`)", "", "```", gpu.read_text().strip(), "```", ""]
+    return "\n".join(lines)

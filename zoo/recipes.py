@@ -51,8 +51,16 @@ class Quantization(Strict):
 
 
 class Parallelism(Strict):
-    strategy: Literal["ddp", "fsdp", "zero1", "zero2", "zero3", "horovod", "tp", "pp", "dp-tp", "pp-dp"] = "ddp"
-    micro_batch_size: int | None = Field(None, ge=1)  # per-rank; gradient accumulation makes up the rest
+    # ddp, fsdp (FSDP2), zero1-3 (DeepSpeed ZeRO), ds-pp (DeepSpeed PipelineModule), horovod, tp (tensor
+    # parallel), pp (pipeline), dp-tp and pp-dp (2-D). Each launcher runs its own ones (zoo.train.parallel).
+    strategy: Literal["ddp", "fsdp", "zero1", "zero2", "zero3", "ds-pp", "horovod", "tp", "pp", "dp-tp",
+                      "pp-dp"] = "ddp"
+    micro_batch_size: int | None = Field(None, ge=1)  # per replica; gradient accumulation makes up the rest
+    tensor_parallel_size: int = Field(2, ge=1)  # dp-tp: ranks per tensor-parallel group (tp: all ranks)
+    pipeline_stages: int = Field(2, ge=2)  # pp-dp and ds-pp: stages per pipeline (pp: one stage per rank)
+    pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    # Merged over the DeepSpeed config generated from the recipe (e.g. {zero_optimization: {reduce_bucket_size: 5e6}}).
+    deepspeed: dict = Field(default_factory=dict)
 
 
 class Export(Strict):

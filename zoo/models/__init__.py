@@ -59,3 +59,20 @@ def build_model(name: str, num_classes: int, **kwargs) -> torch.nn.Module:
 
 def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def parallel_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks a family shards one by one (FSDP2 `fully_shard` per block); [] means the root only."""
+    units = getattr(model, "parallel_units", None)
+    return list(units()) if units else []
+
+
+def pipeline_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The family's split points: blocks that, chained, compute `model(x)`. A block takes the previous
+    block's output (a tensor, or a tuple passed as separate arguments) and shares the model's parameters."""
+    blocks = getattr(model, "pipeline_blocks", None)
+    if blocks is None:
+        from zoo.errors import ZooError
+
+        raise ZooError(f"{type(model).__name__} declares no pipeline split points (pipeline_blocks)")
+    return list(blocks())

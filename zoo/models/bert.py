@@ -155,9 +155,11 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Last hidden states [batch, tokens, hidden]; padding (id 0) is masked out of attention."""
+        return self.encoder(self.embeddings(input_ids), self.mask_bias(input_ids))
+
+    def mask_bias(self, input_ids: torch.Tensor) -> torch.Tensor:
         keep = (input_ids != self.config.pad_token_id).to(torch.float32)
-        mask_bias = ((1.0 - keep) * torch.finfo(torch.float32).min)[:, None, None, :]
-        return self.encoder(self.embeddings(input_ids), mask_bias)
+        return ((1.0 - keep) * torch.finfo(torch.float32).min)[:, None, None, :]
 
 
 class BertClassifier(nn.Module):
@@ -171,13 +173,66 @@ class BertClassifier(nn.Module):
         self.classifier = nn.Linear(c.hidden_size, num_classes)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        hidden = self.bert(input_ids)
+        keep = (input_ids != self.bert.config.pad_token_id)
+        return self.classify(self.bert(input_ids), keep)
+
+    def classify(self, hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         if self.pooling == "cls":
             pooled = self.bert.pooler(hidden)
         else:
-            keep = (input_ids != self.bert.config.pad_token_id).to(hidden.dtype)[:, :, None]
-            pooled = (hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+            weights = keep.to(hidden.dtype)[:, :, None]
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         return self.classifier(self.dropout(pooled))
+
+    def parallel_units(self) -> list[nn.Module]:
+        return [self.bert.embeddings, *self.bert.encoder.layer]
+
+    def pipeline_blocks(self) -> list[nn.Module]:
+        # Split points between transformer layers; the attention mask travels with the hidden states.
+        return [_EmbedStage(self.bert), *(_LayerStage(layer) for layer in self.bert.encoder.layer), _HeadStage(self)]
+
+    def tensor_parallel_plan(self) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        plan = {}
+        for i in range(len(self.bert.encoder.layer)):
+            prefix = f"bert.encoder.layer.{i}"
+            # Heads split across ranks (q/k/v column-wise), projections back to the hidden size row-wise:
+            # one all-reduce after attention and one after the FFN.
+            for name in ("attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"):
+                plan[f"{prefix}.{name}"] = ColwiseParallel()
+            for name in ("attention.output.dense", "output.dense"):
+                plan[f"{prefix}.{name}"] = RowwiseParallel()
+        return plan
+
+
+class _EmbedStage(nn.Module):
+    def __init__(self, bert: BertModel):
+        super().__init__()
+        self.embeddings = bert.embeddings
+        self._mask_bias = bert.mask_bias
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.embeddings(input_ids), self._mask_bias(input_ids)
+
+
+class _LayerStage(nn.Module):
+    def __init__(self, layer: BertLayer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.layer(hidden, mask_bias), mask_bias
+
+
+class _HeadStage(nn.Module):
+    def __init__(self, model: BertClassifier):
+        super().__init__()
+        self.pooler, self.dropout, self.classifier = model.bert.pooler, model.dropout, model.classifier
+        self._classify = model.classify
+
+    def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        return self._classify(hidden, mask_bias[:, 0, 0, :] == 0)
 
 
 def _register(name: str, config: BertConfig) -> None:

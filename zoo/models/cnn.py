@@ -27,6 +27,18 @@ class ConvClassifier(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
+    def parallel_units(self) -> list[nn.Module]:
+        return [self.features, self.head]
+
+    def pipeline_blocks(self) -> list[nn.Module]:
+        return [*self.features, *self.head]
+
+    def tensor_parallel_plan(self) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        # The MLP head holds most parameters: hidden units column-wise, the logits layer row-wise.
+        return {"head.1": ColwiseParallel(), "head.3": RowwiseParallel()}
+
 
 @register_model("digits-cnn", family="cnn", dataset="digits")
 def digits_cnn(num_classes: int = 10) -> nn.Module:

@@ -18,7 +18,10 @@ class GRUClassifier(nn.Module):
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [batch, 1, steps] -> one scalar input per time step
+        return self.head(self.encode(x))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The last hidden state. x: [batch, 1, steps], one scalar input per time step."""
         sequence = x.transpose(1, 2)  # [batch, steps, 1]
         gates_x = self.input_gates(sequence)  # all time steps at once
         h = torch.zeros(x.shape[0], self.hidden, dtype=x.dtype, device=x.device)
@@ -29,7 +32,21 @@ class GRUClassifier(nn.Module):
             z = torch.sigmoid(xz + hz)
             n = torch.tanh(xn + r * hn)
             h = (1 - z) * n + z * h
-        return self.head(h)
+        return h
+
+    def pipeline_blocks(self) -> list[nn.Module]:
+        # The recurrence is sequential in time: one stage runs it, the next the head.
+        return [_Recurrence(self), self.head]
+
+
+class _Recurrence(nn.Module):
+    def __init__(self, gru: GRUClassifier):
+        super().__init__()
+        self.input_gates, self.hidden_gates = gru.input_gates, gru.hidden_gates
+        self._encode = gru.encode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._encode(x)
 
 
 @register_model("mnist1d-gru", family="rnn", dataset="mnist1d")

@@ -19,7 +19,7 @@ from zoo.train.distributed import DistContext
 COMPLETE = "COMPLETE"
 
 
-def _step_dirs(root: Path, phase: str) -> list[tuple[int, Path]]:
+def complete_steps(root: Path, phase: str) -> list[tuple[int, Path]]:
     found = []
     for path in (root / phase).glob("step_*") if (root / phase).is_dir() else []:
         m = re.fullmatch(r"step_(\d+)", path.name)
@@ -34,19 +34,34 @@ def save(root: Path, phase: str, step: int, model: torch.nn.Module, optimizer: t
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))
     torch.save(torch.get_rng_state(), target / f"rng_rank{ctx.rank}.pt")
+    mark_complete(root, phase, step, ctx, keep)
+    return target
+
+
+def mark_complete(root: Path, phase: str, step: int, ctx: DistContext, keep: int = 2) -> None:
+    """After every rank wrote its part: mark the checkpoint loadable, drop old ones (rank 0), then release all."""
     ctx.barrier()
     if ctx.is_main:
-        (target / COMPLETE).write_text(f"{step}\n")
-        for _, old in _step_dirs(root, phase)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        (root / phase / f"step_{step}" / COMPLETE).write_text(f"{step}\n")
+        prune(root, phase, keep)
     ctx.barrier()
-    return target
+
+
+def latest_complete(root: Path, phase: str) -> tuple[int, Path] | None:
+    found = complete_steps(root, phase)
+    return found[-1] if found else None
+
+
+def prune(root: Path, phase: str, keep: int = 2) -> None:
+    """Delete all but the newest `keep` complete checkpoints of a phase."""
+    for _, old in complete_steps(root, phase)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def load_latest(root: Path, phase: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 ctx: DistContext) -> int:
     """Restore the newest complete checkpoint of `phase`; returns its step (0 when there is none)."""
-    found = _step_dirs(root, phase)
+    found = complete_steps(root, phase)
     if not found:
         return 0
     step, path = found[-1]

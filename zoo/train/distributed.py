@@ -21,7 +21,7 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    backend: str | None = None  # None: a single process without a process group
+    backend: str | None = None  # None: a single process without a process group; "horovod": Horovod's own
     device: torch.device = torch.device("cpu")
 
     @property
@@ -33,8 +33,24 @@ class DistContext:
         return self.backend is not None
 
     def barrier(self) -> None:
-        if self.distributed:
+        if self.backend == "horovod":
+            import horovod.torch as hvd
+
+            hvd.barrier()
+        elif self.distributed:
             dist.barrier()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over all ranks (CPU float64 in, same out); Horovod jobs have no torch process group."""
+        if self.backend == "horovod":
+            import horovod.torch as hvd
+
+            return hvd.allreduce(tensor, op=hvd.Sum)
+        if self.distributed:
+            device_tensor = tensor.to(self.device)
+            dist.all_reduce(device_tensor)
+            return device_tensor.cpu()
+        return tensor
 
 
 def resolve_backend(choice: str) -> str:
@@ -65,8 +81,10 @@ def init_distributed(backend_choice: str = "auto") -> DistContext:
     # After a torchrun restart, gloo would try to reach the dead attempt's peers through keys left in the
     # store: a per-attempt prefix gives every attempt a clean namespace.
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    # torchrun's agent already serves the store on MASTER_PORT; other launchers (deepspeed) leave it to rank 0.
+    host_store = "TORCHELASTIC_RUN_ID" not in os.environ and rank == 0
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size=None,
-                          is_master=False, timeout=timedelta(seconds=300))
+                          is_master=host_store, timeout=timedelta(seconds=300))
     store = dist.PrefixStore(f"zoo_attempt_{attempt}", store)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -84,5 +102,9 @@ def _context(backend: str) -> DistContext:
 
 
 def shutdown(ctx: DistContext) -> None:
-    if ctx.distributed and dist.is_initialized():
+    if ctx.backend == "horovod":
+        import horovod.torch as hvd
+
+        hvd.shutdown()
+    elif ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()

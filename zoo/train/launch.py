@@ -24,16 +24,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="key=value recipe overrides")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # key=value overrides may come before or after options
 
 
-def launch(wrap, launcher: str, argv: list[str] | None = None) -> None:
+def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
+    """Run the trainer under `launcher`'s strategy; `init` joins the job (default: torchrun's environment)."""
     args = parse_args(argv)
     ctx = None
     try:
         from zoo.recipes import load_recipe
         from zoo.models import model_spec
         from zoo.train.distributed import init_distributed, shutdown
+        from zoo.train.parallel import launcher_of, strategy_for
         from zoo.train.trainer import run
 
         overrides = list(args.overrides)
@@ -41,10 +43,15 @@ def launch(wrap, launcher: str, argv: list[str] | None = None) -> None:
             overrides.append("tracking.enabled=false")
         recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
         model_spec(recipe.model)  # unknown models fail before any process group exists
-        ctx = init_distributed(recipe.backend)
+        strategy = strategy_for(launcher, recipe.parallelism.strategy)
+        ctx = (init or init_distributed)(recipe.backend)
+        if strategy != recipe.parallelism.strategy != "ddp" and ctx.is_main:
+            print(f"note: recipe '{recipe.name}' names parallelism '{recipe.parallelism.strategy}' "
+                  f"(launchers/{launcher_of(recipe.parallelism.strategy)}.py); launchers/{launcher}.py runs "
+                  f"'{strategy}'", file=sys.stderr)
         # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
         resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-        summary = run(recipe, ctx, wrap, args.output_dir, resume, args.tracking_uri, launcher)
+        summary = run(recipe, ctx, strategy, args.output_dir, resume, args.tracking_uri, launcher)
         if summary is not None:
             _report(summary, args.output_dir)
         shutdown(ctx)

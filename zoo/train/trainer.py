@@ -14,27 +14,18 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
 from zoo.models import build_model, count_params, model_spec
 from zoo.recipes import Recipe
-from zoo.train import checkpoint
 from zoo.train.distributed import DistContext
-
-Wrapper = Callable[[torch.nn.Module, DistContext], torch.nn.Module]
-
-
-def no_wrap(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
-    return model
-
+from zoo.train.parallel import Strategy, make_strategy
 
 @dataclass
 class Phase:
@@ -44,6 +35,9 @@ class Phase:
     warmup_steps: int
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+    peak_rss_mib: list[float] = field(default_factory=list)  # per rank, at the end of training (before export)
+    ranks_consistent: bool | None = None
 
 
 def lr_at(step: int, phase: Phase, schedule: str) -> float:
@@ -56,34 +50,34 @@ def lr_at(step: int, phase: Phase, schedule: str) -> float:
 
 
 class BatchPlan:
-    """Which examples each rank sees at each step: seeded, identical on every rank."""
+    """Which examples each data-parallel replica sees at each step: seeded, identical on every rank."""
 
-    def __init__(self, n: int, global_batch: int, ctx: DistContext, seed: int, micro_batch: int | None):
-        if global_batch % ctx.world_size:
-            raise ZooError(f"global_batch_size {global_batch} is not divisible by the world size {ctx.world_size}; "
-                           "pick a multiple so every rank gets the same share")
+    def __init__(self, n: int, global_batch: int, dp_rank: int, dp_size: int, seed: int, micro_batch: int | None):
+        if global_batch % dp_size:
+            raise ZooError(f"global_batch_size {global_batch} is not divisible by the {dp_size} data-parallel "
+                           "replicas; pick a multiple so every replica gets the same share")
         if global_batch > n:
             raise ZooError(f"global_batch_size {global_batch} exceeds the {n} training examples")
-        self.n, self.global_batch, self.ctx, self.seed = n, global_batch, ctx, seed
-        self.per_rank = global_batch // ctx.world_size
+        self.n, self.global_batch, self.dp_rank, self.seed = n, global_batch, dp_rank, seed
+        self.per_rank = global_batch // dp_size
         self.micro = min(micro_batch or self.per_rank, self.per_rank)
+        if self.per_rank % self.micro:
+            raise ZooError(f"micro_batch_size {self.micro} does not divide the per-replica batch {self.per_rank}")
         self.steps_per_epoch = n // global_batch  # the last partial batch is dropped
+
+    @property
+    def accumulation(self) -> int:
+        return self.per_rank // self.micro
 
     def rank_indices(self, step: int, salt: int) -> torch.Tensor:
         epoch, position = divmod(step, self.steps_per_epoch)
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + salt * 10_007 + epoch)
         order = torch.randperm(self.n, generator=generator)
         batch = order[position * self.global_batch:(position + 1) * self.global_batch]
-        return batch[self.ctx.rank * self.per_rank:(self.ctx.rank + 1) * self.per_rank]
+        return batch[self.dp_rank * self.per_rank:(self.dp_rank + 1) * self.per_rank]
 
     def micro_batches(self, step: int, salt: int) -> list[torch.Tensor]:
         return list(self.rank_indices(step, salt).split(self.micro))
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
 def _progress(ctx: DistContext, label: str, total: int):
@@ -97,65 +91,75 @@ def _progress(ctx: DistContext, label: str, total: int):
                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
 
 
-def train_phase(phase: Phase, model: torch.nn.Module, wrap: Wrapper, recipe: Recipe, data: Dataset,
+def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe: Recipe, data: Dataset,
                 ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool) -> torch.nn.Module:
-    """Train `model` in place for `phase.steps` optimizer steps under the recipe's parallel wrapper."""
+    """Train `model` for `phase.steps` optimizer steps under `strategy`; returns the trained plain module."""
     if recipe.trainable is not None:
         freeze_except(model, recipe.trainable)
-    wrapped = wrap(model, ctx)
-    params = [p for p in wrapped.parameters() if p.requires_grad]
-    opt = recipe.optimizer
-    if opt.name == "adamw":
-        optimizer = torch.optim.AdamW(params, lr=phase.lr, weight_decay=opt.weight_decay)
-    else:
-        optimizer = torch.optim.SGD(params, lr=phase.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-    scaler = torch.amp.GradScaler(ctx.device.type, enabled=recipe.precision == "fp16")
-    plan = BatchPlan(len(data.train), recipe.global_batch_size, ctx, recipe.seed, recipe.parallelism.micro_batch_size)
+    plan = BatchPlan(len(data.train), recipe.global_batch_size, strategy.dp_rank, strategy.dp_size, recipe.seed,
+                     strategy.micro_batch_size(recipe.global_batch_size // strategy.dp_size))
+    strategy.setup(model, phase.lr, plan.accumulation)
     salt = 0 if phase.name == "fp32" else 1
+    # Gradients are mean-reduced over data-parallel replicas: scale so the result is the global-batch mean.
+    loss_scale = strategy.dp_size / recipe.global_batch_size
 
-    start = checkpoint.load_latest(ckpt_dir, phase.name, wrapped, optimizer, ctx) if (resume and ckpt_dir) else 0
+    start = strategy.load_checkpoint(ckpt_dir, phase.name) if (resume and ckpt_dir) else 0
     if start and ctx.is_main:
         print(f"[{phase.name}] resumed from the checkpoint at step {start}", flush=True)
     interval = recipe.checkpoint.interval_steps
     fault = _fault_step(ctx)
     x_all, y_all = data.train.x, data.train.y
-    wrapped.train()
+    strategy.train()
     begin = time.perf_counter()
     with _progress(ctx, f"{phase.name} training", phase.steps) as bar:
-        task = bar.add_task(f"[{phase.name}] {recipe.model}", total=phase.steps, completed=start, loss=float("nan"),
-                            rate=0.0) if bar else None
+        task = bar.add_task(f"[{phase.name}] {recipe.model} ({strategy.name})", total=phase.steps, completed=start,
+                            loss=float("nan"), rate=0.0) if bar else None
         for step in range(start, phase.steps):
             if fault is not None and step == fault:
                 os._exit(13)  # fault injection for the restart tests (ZOO_FAULT_INJECT)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, phase, recipe.schedule.name)
-            micro = plan.micro_batches(step, salt)
-            step_loss = torch.zeros((), dtype=torch.float64)
-            for i, idx in enumerate(micro):
-                sync = contextlib.nullcontext() if i == len(micro) - 1 or not hasattr(wrapped, "no_sync") else wrapped.no_sync()
-                with sync:
-                    with _autocast(recipe.precision, ctx.device):
-                        logits = wrapped(x_all[idx].to(ctx.device))
-                    loss_sum = F.cross_entropy(logits.float(), y_all[idx].to(ctx.device), reduction="sum")
-                    # Gradients are mean-reduced over ranks: scale so the result is the global-batch mean.
-                    scaler.scale(loss_sum * (ctx.world_size / recipe.global_batch_size)).backward()
-                step_loss += loss_sum.detach().double()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if ctx.distributed:
-                torch.distributed.all_reduce(step_loss)
-            loss = float(step_loss) / recipe.global_batch_size
+            strategy.set_lr(lr_at(step, phase, recipe.schedule.name))
+            batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
+            tick = time.perf_counter()
+            step_loss = strategy.step(batches, loss_scale)
+            phase.step_seconds.append(time.perf_counter() - tick)
+            if not strategy.reports_loss:
+                step_loss = torch.zeros((), dtype=torch.float64)
+            loss = float(ctx.all_reduce_sum(step_loss)) / recipe.global_batch_size
             phase.losses.append(loss)
             tracker.metric(f"{phase.name}/loss", loss, step)
             if bar is not None:
                 elapsed = time.perf_counter() - begin
                 bar.update(task, advance=1, loss=loss, rate=(step + 1 - start) * recipe.global_batch_size / max(elapsed, 1e-9))
             if ckpt_dir and interval and ((step + 1) % interval == 0 or step + 1 == phase.steps):
-                checkpoint.save(ckpt_dir, phase.name, step + 1, wrapped, optimizer, ctx)
+                strategy.save_checkpoint(ckpt_dir, phase.name, step + 1)
     phase.seconds = time.perf_counter() - begin
-    wrapped.eval()
-    return model
+    phase.peak_rss_mib = per_rank(peak_rss_mib(), ctx)
+    strategy.train(False)
+    trained = strategy.full_model(model)
+    strategy.finish()
+    phase.ranks_consistent = ranks_agree(trained, ctx)
+    return trained
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def per_rank(value: float, ctx: DistContext) -> list[float]:
+    """`value` from every rank, in rank order (on every rank)."""
+    slots = torch.zeros(ctx.world_size, dtype=torch.float64)
+    slots[ctx.rank] = value
+    return [round(v, 1) for v in ctx.all_reduce_sum(slots).tolist()]
+
+
+def ranks_agree(model: torch.nn.Module, ctx: DistContext, tolerance: float = 1e-6) -> bool:
+    """Whether every rank ended with the same full weights (per-tensor checksums against the rank mean)."""
+    sums = torch.stack([t.detach().double().sum().cpu() for t in model.state_dict().values()])
+    mean = ctx.all_reduce_sum(sums.clone()) / ctx.world_size
+    mismatch = torch.tensor(float(((sums - mean).abs() > tolerance * (1 + mean.abs())).any()), dtype=torch.float64)
+    return float(ctx.all_reduce_sum(mismatch)) == 0.0
 
 
 def _fault_step(ctx: DistContext) -> int | None:
@@ -193,7 +197,8 @@ def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
 
 @torch.no_grad()
 def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    return float((model(x).argmax(dim=1) == y).float().mean())
+    device = next(model.parameters()).device
+    return float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
 
 
 def library_versions() -> dict[str, str]:
@@ -215,20 +220,27 @@ def steps_for(recipe: Recipe, n_train: int) -> int:
     return max(1, round(recipe.epochs * (n_train // recipe.global_batch_size)))
 
 
-def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: Path | None = None,
+def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir: Path | None = None,
         resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp") -> dict | None:
     """Train (fp32, then QAT when the recipe asks), export every variant and measure it. Rank 0 returns the summary."""
-    from zoo.train.qat import convert_qat, prepare_qat
-
     torch.manual_seed(recipe.seed)
     np.random.seed(recipe.seed)
+    if ctx.device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS needs a fixed workspace
     torch.use_deterministic_algorithms(True)
     spec = model_spec(recipe.model)
     data = load_dataset(recipe.dataset or spec.dataset)
-    model = build_model(recipe.model, num_classes=len(data.labels), **recipe.model_args).to(ctx.device)
+
+    def fresh_model() -> torch.nn.Module:
+        return build_model(recipe.model, num_classes=len(data.labels), **recipe.model_args).to(ctx.device)
+
+    baseline_rss = per_rank(peak_rss_mib(), ctx)  # imports and data, before any model exists
+    model = fresh_model()
+    strategy = make_strategy(strategy_name, ctx, recipe, fresh_model)
     if recipe.init_from:
         load_initial_weights(model, Path(recipe.init_from))
     output_dir = Path(output_dir or Path("runs") / f"{recipe.model}-{recipe.name}")
+    strategy.output_dir = output_dir
     ckpt_dir = output_dir / "checkpoints" if recipe.checkpoint.interval_steps else None
     if ctx.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -238,16 +250,18 @@ def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: P
     started = time.perf_counter()
     try:
         phases = [Phase("fp32", steps_for(recipe, len(data.train)), recipe.optimizer.lr, recipe.schedule.warmup_steps)]
-        train_phase(phases[0], model, wrap, recipe, data, ctx, tracker, ckpt_dir, resume)
+        model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume)
         model.eval()
         eval_split = data.split(recipe.eval_split)
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
+            from zoo.train.qat import convert_qat, prepare_qat  # torchao, only when quantizing
+
             q = recipe.quantization
             prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
             phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
-            train_phase(phases[1], prepared, wrap, recipe, data, ctx, tracker, ckpt_dir, resume)
+            prepared = train_phase(phases[1], prepared, strategy.for_qat(), recipe, data, ctx, tracker, ckpt_dir, resume)
             converted = convert_qat(prepared)
             torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
         for name, value in torch_metrics.items():
@@ -256,14 +270,21 @@ def run(recipe: Recipe, ctx: DistContext, wrap: Wrapper = no_wrap, output_dir: P
         if ctx.is_main:
             from zoo.train.variants import export_variants
 
-            variants = export_variants(recipe, model, converted, data, output_dir)
+            # Export and onnxruntime measurement run on the CPU, wherever training ran.
+            model = model.cpu()
+            variants = export_variants(recipe, model, converted.cpu() if converted is not None else None, data,
+                                       output_dir)
             summary = {
                 "model": recipe.model, "recipe": recipe.name, "recipe_sha256": recipe.digest(),
-                "launcher": launcher, "world_size": ctx.world_size, "backend": ctx.backend or "none",
+                "launcher": launcher, "strategy": strategy.name, "world_size": ctx.world_size, "backend": ctx.backend or "none",
                 "threads": torch.get_num_threads(), "seed": recipe.seed, "num_params": count_params(model),
                 "dataset": data.name, "eval_split": recipe.eval_split,
                 "phases": {p.name: {"steps": p.steps, "seconds": round(p.seconds, 3), "first_loss": p.losses[0] if p.losses else None,
-                                    "final_loss": p.losses[-1] if p.losses else None, "losses": p.losses} for p in phases},
+                                    "final_loss": p.losses[-1] if p.losses else None, "losses": p.losses,
+                                    "step_seconds": [round(t, 4) for t in p.step_seconds],
+                                    "peak_rss_mib": p.peak_rss_mib, "ranks_consistent": p.ranks_consistent}
+                           for p in phases},
+                "baseline_rss_mib": baseline_rss,
                 "torch_accuracy": torch_metrics, "variants": variants,
                 "wall_seconds": round(time.perf_counter() - started, 3),
                 "library_versions": library_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},

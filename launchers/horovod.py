@@ -1,0 +1,24 @@
+"""Horovod launcher: `horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py --recipe qat-int8`.
+
+Multi-node: `horovodrun -np 8 -H node1:4,node2:4 --gloo python launchers/horovod.py --recipe R` (see
+README). Horovod is built by `make setup` (PyTorch + gloo). See zoo/train/parallel/horovod.py.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+# The repo root replaces this script's folder on the path: run from a checkout without installing, and keep
+# launchers/deepspeed.py and horovod.py from shadowing the packages they are named after.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from zoo.train.launch import launch  # noqa: E402
+
+if __name__ == "__main__":
+    if "HOROVOD_RANK" not in os.environ:
+        print("error: launchers/horovod.py runs under horovodrun, e.g. "
+              "horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py --recipe qat-int8", file=sys.stderr)
+        raise SystemExit(2)
+    from zoo.train.parallel.horovod import init_horovod  # noqa: E402
+
+    launch("horovod", init=init_horovod)

@@ -1,0 +1,239 @@
+"""Every launcher and parallel layout against a 1-process run of the same recipe and global batch.
+
+Real processes throughout: torchrun (gloo), the `deepspeed` launcher, horovodrun, and torchrun across
+two network namespaces joined by a veth pair (two "hosts" on one machine). SGD keeps the comparison
+meaningful: Adam turns float noise in parameters whose gradient is analytically zero (attention key
+biases) into full learning-rate steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import REPO, free_port
+
+BIN = Path(sys.executable).parent
+SGD = ["optimizer.name=sgd", "optimizer.lr=0.05", "quantization.scheme=none", "export.variants=[fp32]",
+       "export.opsets=[17]", "--no-tracking"]
+CNN = ["--recipe", "fp32", "--model", "digits-cnn", "steps=16", *SGD]
+# A small BERT without dropout (dropout draws differ between layouts), 2 heads so tensor parallel splits them.
+BERT = ["--model", "bert", "steps=6", *SGD, "model_args.num_hidden_layers=2", "model_args.hidden_size=64",
+        "model_args.num_attention_heads=2", "model_args.intermediate_size=128", "model_args.hidden_dropout_prob=0",
+        "model_args.attention_probs_dropout_prob=0"]
+TOLERANCE = 1e-5  # per tensor: |a - b| / |a| (norms)
+
+
+def env(tmp_path: Path, **extra) -> dict:
+    return {**os.environ, "ZOO_HOME": str(tmp_path.parent / "zoo-home"), "OMP_NUM_THREADS": "1",
+            "HOROVOD_GLOO_IFACE": "lo", **extra}
+
+
+def run(cmd: list[str], tmp_path: Path, timeout: int = 600, **extra) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path, **extra), timeout=timeout,
+                            cwd=tmp_path)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-6000:]}")
+    return result
+
+
+def torchrun(launcher: str, nproc: int, out: Path, *args: str) -> list[str]:
+    return [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", str(REPO / "launchers" / launcher),
+            "--output-dir", str(out), *args]
+
+
+def single(out: Path, *args: str) -> list[str]:
+    return [sys.executable, str(REPO / "launchers" / "ddp.py"), "--output-dir", str(out), *args]
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def worst_difference(a: Path, b: Path) -> float:
+    one, other = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    assert set(one) == set(other)
+    return max(float((one[k] - other[k]).norm() / one[k].norm().clamp(min=1e-12)) for k in one)
+
+
+def check_same_model(reference: Path, out: Path, world_size: int, strategy: str) -> None:
+    got, ref = summary(out), summary(reference)
+    assert got["world_size"] == world_size and got["strategy"] == strategy
+    assert worst_difference(reference, out) <= TOLERANCE
+    phase = got["phases"]["fp32"]
+    assert phase["final_loss"] < phase["first_loss"]
+    assert phase["ranks_consistent"] is True
+    # same data, same weights: the exported ONNX scores the same accuracy in onnxruntime
+    assert got["variants"]["fp32"]["accuracy"] == pytest.approx(ref["variants"]["fp32"]["accuracy"], abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def cnn_reference(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("cnn-ref")
+    run(single(tmp / "out", *CNN), tmp)
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def bert_reference(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("bert-ref")
+    run(single(tmp / "out", "--recipe", "dp-tp", *BERT, "parallelism.strategy=ddp"), tmp)
+    return tmp / "out"
+
+
+@pytest.mark.parametrize("launcher,strategy,extra", [
+    ("fsdp.py", "fsdp", []),
+    ("deepspeed.py", "zero1", []),
+    ("deepspeed.py", "zero2", ["parallelism.micro_batch_size=16"]),  # with gradient accumulation
+    ("deepspeed.py", "zero3", []),
+    ("deepspeed.py", "ds-pp", []),
+    ("pipeline.py", "pp", ["parallelism.pipeline_schedule=gpipe"]),
+    ("pipeline.py", "pp", ["parallelism.pipeline_schedule=1f1b"]),
+    ("tensor_parallel.py", "tp", []),
+])
+def test_launcher_matches_one_process(tmp_path, cnn_reference, launcher, strategy, extra):
+    run(torchrun(launcher, 2, tmp_path / "out", *CNN, f"parallelism.strategy={strategy}", *extra), tmp_path)
+    check_same_model(cnn_reference, tmp_path / "out", 2, strategy)
+
+
+def test_horovodrun_matches_one_process(tmp_path, cnn_reference):
+    run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+         str(REPO / "launchers" / "horovod.py"), "--output-dir", str(tmp_path / "out"), *CNN], tmp_path)
+    check_same_model(cnn_reference, tmp_path / "out", 2, "horovod")
+
+
+def test_deepspeed_launcher_runs_zero3(tmp_path, cnn_reference):
+    # DeepSpeed's own launcher (not torchrun): it passes --local_rank and leaves the store to rank 0.
+    port = free_port()
+    run([str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", str(port), str(REPO / "launchers" / "deepspeed.py"),
+         "--output-dir", str(tmp_path / "out"), *CNN, "parallelism.strategy=zero3"], tmp_path)
+    check_same_model(cnn_reference, tmp_path / "out", 2, "zero3")
+    config = json.loads((tmp_path / "out" / "deepspeed_config.json").read_text())
+    assert config["zero_optimization"]["stage"] == 3 and config["train_batch_size"] == 64
+
+
+@pytest.mark.parametrize("launcher,recipe,nproc,strategy", [
+    ("tensor_parallel.py", "dp-tp", 2, "tp"),
+    ("tensor_parallel.py", "dp-tp", 4, "dp-tp"),
+    ("pipeline.py", "pp-dp", 4, "pp-dp"),
+])
+def test_bert_layouts_match_one_process(tmp_path, bert_reference, launcher, recipe, nproc, strategy):
+    run(torchrun(launcher, nproc, tmp_path / "out", "--recipe", recipe, *BERT, f"parallelism.strategy={strategy}"),
+        tmp_path)
+    check_same_model(bert_reference, tmp_path / "out", nproc, strategy)
+
+
+@pytest.mark.parametrize("launcher,strategy", [("fsdp.py", "fsdp"), ("deepspeed.py", "zero2"),
+                                               ("pipeline.py", "pp"), ("tensor_parallel.py", "tp")])
+def test_bf16_runs_and_learns(tmp_path, launcher, strategy):
+    run(torchrun(launcher, 2, tmp_path / "out", *CNN, "precision=bf16", "optimizer.lr=0.1",
+                 f"parallelism.strategy={strategy}"), tmp_path)
+    phase = summary(tmp_path / "out")["phases"]["fp32"]
+    assert phase["final_loss"] < phase["first_loss"] and phase["ranks_consistent"] is True
+
+
+@pytest.mark.parametrize("launcher", ["fsdp.py", "deepspeed.py", "tensor_parallel.py", "pipeline.py"])
+def test_ccl_without_binding_is_refused(tmp_path, launcher):
+    result = subprocess.run([sys.executable, str(REPO / "launchers" / launcher), "--backend", "ccl", *CNN],
+                            capture_output=True, text=True, env=env(tmp_path), cwd=tmp_path, timeout=300)
+    assert result.returncode != 0
+    assert "backend ccl needs Intel's oneCCL binding: install oneccl_bindings_for_pytorch" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_layout_that_does_not_fit_the_world_is_refused(tmp_path):
+    with pytest.raises(AssertionError, match="dp-tp with tensor_parallel_size 2 needs a world size divisible by 4"):
+        run(torchrun("tensor_parallel.py", 2, tmp_path / "out", "--recipe", "dp-tp", *BERT), tmp_path)
+
+
+def test_horovod_launcher_outside_horovodrun_says_how(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "launchers" / "horovod.py"), *CNN], capture_output=True,
+                            text=True, env={k: v for k, v in env(tmp_path).items() if not k.startswith("HOROVOD_")},
+                            cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and "runs under horovodrun" in result.stderr
+
+
+# -- two hosts: network namespaces joined by a veth pair ------------------------------------------------------
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces with only `lo` and one end of a veth pair each: 10.77.0.1 and 10.77.0.2."""
+    tag = f"{os.getpid() % 100000}"
+    hosts = [(f"zoo-a{tag}", f"zva{tag}", "10.77.0.1"), (f"zoo-b{tag}", f"zvb{tag}", "10.77.0.2")]
+    try:
+        for ns, _, _ in hosts:
+            _ip("netns", "add", ns)
+        _ip("link", "add", hosts[0][1], "netns", hosts[0][0], "type", "veth", "peer", "name", hosts[1][1],
+            "netns", hosts[1][0])
+        for ns, dev, addr in hosts:
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for ns, _, _ in hosts:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # deletes the veth pair with it
+
+
+@pytest.mark.parametrize("launcher,strategy", [("ddp.py", "ddp"), ("fsdp.py", "fsdp")])
+def test_torchrun_across_two_hosts(tmp_path, cnn_reference, two_hosts, launcher, strategy):
+    port = free_port()
+    endpoint = f"{two_hosts[0][2]}:{port}"
+    procs = []
+    for node, (ns, dev, addr) in enumerate(two_hosts):
+        # The endpoint's host serves the rendezvous store; its address is not this machine's hostname, so say so.
+        host_conf = ["--rdzv-conf=is_host=1"] if node == 0 else []
+        # Both "hosts" see the same output folder, as nodes of a cluster share a filesystem for checkpoints.
+        cmd = ["ip", "netns", "exec", ns, str(BIN / "torchrun"), "--nnodes=2", "--nproc_per_node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=zoo-test", *host_conf,
+               f"--local-addr={addr}", str(REPO / "launchers" / launcher), "--output-dir", str(tmp_path / "out"),
+               *CNN, f"parallelism.strategy={strategy}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                      env=env(tmp_path, GLOO_SOCKET_IFNAME=dev)))
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()  # a node left waiting for a peer that failed
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, f"{stdout[-2000:]}\n{stderr[-5000:]}"
+    check_same_model(cnn_reference, tmp_path / "out", 2, strategy)
+
+
+# -- checkpoints: each strategy's own format resumes to the same weights ------------------------------------
+
+RESUMABLE = [*CNN, "checkpoint.interval_steps=5"]
+
+
+@pytest.mark.parametrize("launcher,strategy", [("deepspeed.py", "zero3"), ("fsdp.py", "fsdp"), ("pipeline.py", "pp")])
+def test_killed_rank_resumes_to_same_weights(tmp_path, launcher, strategy):
+    run(torchrun(launcher, 2, tmp_path / "clean", *RESUMABLE, f"parallelism.strategy={strategy}"), tmp_path)
+    cmd = torchrun(launcher, 2, tmp_path / "crashed", *RESUMABLE, f"parallelism.strategy={strategy}")
+    crashed = run([*cmd[:3], "--max-restarts=1", *cmd[3:]], tmp_path, ZOO_FAULT_INJECT="1:12")
+    assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
+    assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
+
+
+def test_horovod_resumes_after_a_killed_rank(tmp_path):
+    def horovod(out: str, *extra: str) -> list[str]:
+        return [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+                str(REPO / "launchers" / "horovod.py"), "--output-dir", str(tmp_path / out), *RESUMABLE, *extra]
+
+    run(horovod("clean"), tmp_path)
+    failed = subprocess.run(horovod("crashed"), capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                            env=env(tmp_path, ZOO_FAULT_INJECT="1:12"))
+    assert failed.returncode != 0  # horovodrun stops the job when a rank dies
+    resumed = run(horovod("crashed", "--resume"), tmp_path)
+    assert "resumed from the checkpoint at step 10" in resumed.stdout + resumed.stderr
+    assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0

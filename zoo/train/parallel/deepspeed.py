@@ -1,0 +1,195 @@
+"""DeepSpeed: ZeRO stage 1/2/3 engines and DeepSpeed's PipelineModule, configured from the recipe.
+
+The DeepSpeed config is generated from the recipe (`deepspeed_config`) and written next to the run's
+outputs for reference; there is no hand-kept JSON. The optimizer is the trainer's own torch AdamW/SGD
+(a client optimizer), so no FusedAdam JIT build runs. DeepSpeed's CPU communication op is built once
+by `make setup` into `$TORCH_EXTENSIONS_DIR` (default: the virtualenv's torch-extensions folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from zoo.train.parallel.base import Strategy, make_optimizer, summed_loss
+from zoo.train.parallel.pipeline import balanced_split
+
+# Built once by `make setup`; a JIT build in every job's first step would cost minutes.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
+
+
+def deepspeed_config(recipe, stage: int, dp_size: int, micro: int, accumulation: int) -> dict:
+    config = {
+        "train_batch_size": recipe.global_batch_size,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,  # plain torch SGD is fine; DeepSpeed only vouches for Adam(W)
+        "gradient_clipping": 0.0,
+        "steps_per_print": 10**9,  # the trainer shows progress (rank 0)
+        "wall_clock_breakdown": False,
+    }
+    if recipe.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif recipe.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    return _merge(config, recipe.parallelism.deepspeed)
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def _low_precision(recipe, x: torch.Tensor) -> torch.Tensor:
+    # DeepSpeed casts the module itself to bf16/fp16 (no autocast): float inputs must follow.
+    if x.is_floating_point() and recipe.precision != "fp32":
+        return x.to(torch.bfloat16 if recipe.precision == "bf16" else torch.float16)
+    return x
+
+
+def full_fp32_state(module: torch.nn.Module, names: dict[int, str] | None = None) -> dict[str, torch.Tensor]:
+    """Full fp32 weights from a DeepSpeed engine's module (ZeRO-3 shards gathered; a collective)."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    state = {}
+    for name, param in module.named_parameters():
+        full = safe_get_full_fp32_param(param)  # the optimizer's fp32 master copy when there is one
+        if full is None:
+            with deepspeed.zero.GatheredParameters([param]):
+                full = param.detach().clone()
+        state[names[id(param)] if names else name] = full.detach().float().cpu()
+    return state
+
+
+class _DeepSpeedBase(Strategy):
+    stage = 0
+
+    def _initialize(self, model: torch.nn.Module, lr: float, micro: int, accumulation: int) -> None:
+        import deepspeed
+
+        self.config = deepspeed_config(self.recipe, self.stage, self.dp_size, micro, accumulation)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(self.recipe, params, lr)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                 model_parameters=params, config=self.config)
+        self.module = self.engine
+        if self.ctx.is_main and getattr(self, "output_dir", None):
+            (self.output_dir / "deepspeed_config.json").write_text(json.dumps(self.config, indent=2) + "\n")
+
+    def save_checkpoint(self, root: Path, phase: str, step: int) -> None:
+        from zoo.train.checkpoint import mark_complete
+
+        self.engine.save_checkpoint(str(root / phase), tag=f"step_{step}", save_latest=False)
+        mark_complete(root, phase, step, self.ctx)
+
+    def load_checkpoint(self, root: Path, phase: str) -> int:
+        from zoo.train.checkpoint import latest_complete
+
+        latest = latest_complete(root, phase)
+        if latest is None:
+            return 0
+        step, path = latest
+        self.engine.load_checkpoint(str(root / phase), tag=path.name)
+        return step
+
+    def finish(self) -> None:
+        self.engine.destroy()
+
+
+class ZeroStrategy(_DeepSpeedBase):
+    def __init__(self, ctx, recipe, build_model, stage: int):
+        super().__init__(ctx, recipe, build_model)
+        self.stage, self.name = stage, f"zero{stage}"
+        self.scaler = torch.amp.GradScaler(enabled=False)  # DeepSpeed scales fp16 losses itself
+
+    def setup(self, model, lr, accumulation):
+        self.accumulation = accumulation
+        per_replica = self.recipe.global_batch_size // self.dp_size
+        self._initialize(model, lr, per_replica // accumulation, accumulation)
+
+    def step(self, batches, loss_scale):
+        total = torch.zeros((), dtype=torch.float64)
+        for x, y in batches:
+            loss = summed_loss(self.engine(_low_precision(self.recipe, x)), y)
+            # The trainer's scaling already makes the global-batch mean: no extra division by accumulation.
+            self.engine.backward(loss * loss_scale, scale_wrt_gas=False)
+            self.engine.step()  # steps the optimizer only at the accumulation boundary
+            total += loss.detach().double().cpu()
+        return total
+
+    def full_model(self, model):
+        plain = self.build_model()
+        plain.load_state_dict(full_fp32_state(self.engine.module))
+        return plain
+
+
+class DeepSpeedPipelineStrategy(_DeepSpeedBase):
+    """DeepSpeed's PipelineModule over the family's split points; ZeRO-1 across pipeline replicas."""
+
+    name = "ds-pp"
+    stage = 1
+
+    def __init__(self, ctx, recipe, build_model):
+        super().__init__(ctx, recipe, build_model)
+        self.stages = recipe.parallelism.pipeline_stages if ctx.distributed else 1
+        from zoo.train.parallel.base import require_world
+
+        require_world(ctx, self.stages, f"ds-pp with {self.stages} stages")
+        self.scaler = torch.amp.GradScaler(enabled=False)
+
+    @property
+    def dp_rank(self) -> int:
+        return self.ctx.rank % self.dp_size  # DeepSpeed's grid: rank = stage * dp_size + dp_rank
+
+    @property
+    def dp_size(self) -> int:
+        return self.ctx.world_size // self.stages
+
+    @property
+    def reports_loss(self) -> bool:
+        return self.ctx.is_main  # train_batch returns the global mean loss on every rank
+
+    def micro_batch_size(self, per_replica: int) -> int | None:
+        return self.recipe.parallelism.micro_batch_size or max(1, per_replica // (2 * self.stages))
+
+    def setup(self, model, lr, accumulation):
+        import deepspeed
+        from deepspeed.pipe import PipelineModule
+
+        from zoo.models import pipeline_blocks
+
+        self.accumulation = accumulation
+        deepspeed.init_distributed(dist_backend=self.ctx.backend)  # reuses the trainer's process group
+        blocks = pipeline_blocks(model)
+        sizes = [sum(p.numel() for p in b.parameters()) for b in blocks]
+        balanced_split(sizes, self.stages)  # a clear error when there are fewer blocks than stages
+        pipe = PipelineModule(layers=blocks, num_stages=self.stages, partition_method="parameters",
+                              loss_fn=lambda logits, y: torch.nn.functional.cross_entropy(logits.float(), y))
+        self.names = {id(t): n for n, t in model.named_parameters()}
+        per_replica = self.recipe.global_batch_size // self.dp_size
+        self._initialize(pipe, lr, per_replica // accumulation, accumulation)
+
+    def step(self, batches, loss_scale):
+        data = iter([(_low_precision(self.recipe, x), y) for x, y in batches])
+        # DeepSpeed averages the per-micro-batch mean losses over accumulation steps and replicas.
+        mean = self.engine.train_batch(data_iter=data)
+        return torch.tensor(float(mean) * self.recipe.global_batch_size, dtype=torch.float64)
+
+    def train(self, mode: bool = True) -> None:
+        self.engine.module.train(mode)
+
+    def full_model(self, model):
+        local = full_fp32_state(self.engine.module, self.names)
+        pieces = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(pieces, local)
+        plain = self.build_model()
+        plain.load_state_dict({k: v for piece in pieces for k, v in piece.items()})
+        return plain
