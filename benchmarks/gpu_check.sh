@@ -18,7 +18,8 @@ check() {  # name nproc launcher extra...
     cp "/tmp/gpu-$name/summary.json" "$OUT/$name.json"
     echo "PASS $name ($nproc x GPU, $(( $(date +%s) - start )) s): $($PY -c "import json; s=json.load(open('/tmp/gpu-$name/summary.json')); p=s['phases']['fp32']; print('backend', s['backend'], 'loss', round(p['first_loss'],4), '->', round(p['final_loss'],4), 'onnx accuracy', s['variants']['fp32']['accuracy'], 'ranks consistent', p['ranks_consistent'])")" | tee -a "$OUT/gpu_check.log"
   else
-    echo "FAIL $name: $(grep -E 'Error|error' "/tmp/gpu-$name.log" | grep -v Warning | tail -3)" | tee -a "$OUT/gpu_check.log"
+    # the rank's own exception, not torchrun's summary of it
+    echo "FAIL $name: $(grep -E '^\[rank[0-9]+\]: [A-Za-z.]*(Error|Exception)' "/tmp/gpu-$name.log" | tail -1)" | tee -a "$OUT/gpu_check.log"
   fi
 }
 N=$(( NGPU >= 2 ? 2 : 1 ))

@@ -58,7 +58,7 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
     launcher, nproc, extra = LAYOUTS[name]
     out = tmp / name.replace(" ", "_").replace(",", "")
     args = ["--recipe", "fp32", *MODEL, "--output-dir", str(out), "--no-tracking", f"steps={steps}",
-            f"global_batch_size={batch}", "quantization.scheme=none", "export.variants=[fp32]", "export.opsets=[17]",
+            f"global_batch_size={batch}", "quantization.scheme=none", "export.variants=[]",
             "schedule.warmup_steps=0", *extra]
     script = str(ROOT / "launchers" / launcher)
     if launcher == "horovod.py":
@@ -81,7 +81,7 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--global-batch", type=int, default=16)
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     args = parser.parse_args()

@@ -64,6 +64,7 @@ class Parallelism(Strict):
 
 
 class Export(Strict):
+    # [] trains only: no evaluation and no export (benchmark runs)
     variants: list[Literal["fp32", "fp16", "int8-qat", "int8-ptq"]] = ["fp32"]
     opsets: list[int] = [17]
 

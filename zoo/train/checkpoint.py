@@ -47,6 +47,35 @@ def mark_complete(root: Path, phase: str, step: int, ctx: DistContext, keep: int
     ctx.barrier()
 
 
+def save_whole(root: Path, phase: str, step: int, filename: str, module: torch.nn.Module,
+               optimizer: torch.optim.Optimizer, ctx: DistContext, write: bool) -> None:
+    """A checkpoint written as plain files, one per writer (Horovod's rank 0; each pipeline stage's first
+    replica): for layouts whose ranks hold disjoint or identical parts, with no DCP resharding needed."""
+    if write:
+        import io
+
+        from zoo.store.cache import atomic_write_bytes
+
+        buffer = io.BytesIO()
+        torch.save({"model": module.state_dict(), "optim": optimizer.state_dict(), "rng": torch.get_rng_state()},
+                   buffer)
+        atomic_write_bytes(root / phase / f"step_{step}" / filename, buffer.getvalue())
+    mark_complete(root, phase, step, ctx)
+
+
+def load_whole(root: Path, phase: str, filename: str, module: torch.nn.Module,
+               optimizer: torch.optim.Optimizer) -> int:
+    latest = latest_complete(root, phase)
+    if latest is None:
+        return 0
+    step, path = latest
+    state = torch.load(path / filename, map_location="cpu", weights_only=False)
+    module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+    torch.set_rng_state(state["rng"])
+    return step
+
+
 def latest_complete(root: Path, phase: str) -> tuple[int, Path] | None:
     found = complete_steps(root, phase)
     return found[-1] if found else None

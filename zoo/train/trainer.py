@@ -253,7 +253,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume)
         model.eval()
         eval_split = data.split(recipe.eval_split)
-        torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)}
+        measure = bool(recipe.export.variants)  # `export.variants=[]`: train only (benchmarks)
+        torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
             from zoo.train.qat import convert_qat, prepare_qat  # torchao, only when quantizing
@@ -263,7 +264,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
             phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
             prepared = train_phase(phases[1], prepared, strategy.for_qat(), recipe, data, ctx, tracker, ckpt_dir, resume)
             converted = convert_qat(prepared)
-            torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
+            if measure:
+                torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
         for name, value in torch_metrics.items():
             tracker.metric(f"torch/{name}/accuracy", value, 0)
         summary = None
@@ -273,7 +275,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
             # Export and onnxruntime measurement run on the CPU, wherever training ran.
             model = model.cpu()
             variants = export_variants(recipe, model, converted.cpu() if converted is not None else None, data,
-                                       output_dir)
+                                       output_dir) if measure else {}
             summary = {
                 "model": recipe.model, "recipe": recipe.name, "recipe_sha256": recipe.digest(),
                 "launcher": launcher, "strategy": strategy.name, "world_size": ctx.world_size, "backend": ctx.backend or "none",

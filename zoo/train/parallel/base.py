@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from zoo.errors import ZooError
 
 
-def make_optimizer(recipe, params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(recipe, params, lr: float, foreach: bool | None = None) -> torch.optim.Optimizer:
     opt = recipe.optimizer
     if opt.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=opt.weight_decay, foreach=foreach)
+    return torch.optim.SGD(params, lr=lr, momentum=opt.momentum, weight_decay=opt.weight_decay, foreach=foreach)
 
 
 def autocast(precision: str, device: torch.device):
@@ -33,6 +33,7 @@ class Strategy:
     """One rank's view of a parallel layout. Subclasses override `wrap` and, where the step differs, `step`."""
 
     name = "none"
+    foreach: bool | None = None  # multi-tensor optimizer kernels (torch's default: on for CUDA)
 
     def __init__(self, ctx, recipe, build_model: Callable[[], torch.nn.Module]):
         self.ctx, self.recipe, self.build_model = ctx, recipe, build_model
@@ -68,7 +69,7 @@ class Strategy:
         self.accumulation = accumulation
         self.module = self.wrap(model)
         params = [p for p in self.module.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.recipe, params, lr)
+        self.optimizer = make_optimizer(self.recipe, params, lr, self.foreach)
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

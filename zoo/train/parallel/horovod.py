@@ -37,10 +37,11 @@ class HorovodStrategy(Strategy):
         self.module = model
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.base_optimizer = make_optimizer(self.recipe, [p for _, p in named], lr)
-        self.optimizer = hvd.DistributedOptimizer(self.base_optimizer, named_parameters=named, op=hvd.Average,
+        # Horovod's wrapper is a new optimizer object with its own state: it is the one to step, save and load.
+        self.optimizer = hvd.DistributedOptimizer(make_optimizer(self.recipe, [p for _, p in named], lr),
+                                                  named_parameters=named, op=hvd.Average,
                                                   backward_passes_per_step=accumulation)
-        hvd.broadcast_optimizer_state(self.base_optimizer, root_rank=0)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
 
     def optimizer_step(self) -> None:
         if self.scaler.is_enabled():
@@ -55,32 +56,15 @@ class HorovodStrategy(Strategy):
         self.optimizer.zero_grad()  # Horovod's wrapper has no set_to_none
 
     def save_checkpoint(self, root: Path, phase: str, step: int) -> None:
-        from zoo.store.cache import atomic_write_bytes
-        from zoo.train.checkpoint import mark_complete
+        from zoo.train.checkpoint import save_whole
 
-        target = root / phase / f"step_{step}"
-        if self.ctx.is_main:  # replicas are identical: one copy
-            import io
-
-            target.mkdir(parents=True, exist_ok=True)
-            buffer = io.BytesIO()
-            torch.save({"model": self.module.state_dict(), "optim": self.base_optimizer.state_dict(),
-                        "rng": torch.get_rng_state()}, buffer)
-            atomic_write_bytes(target / "state.pt", buffer.getvalue())
-        mark_complete(root, phase, step, self.ctx)
+        # Replicas are identical: rank 0 writes the one copy.
+        save_whole(root, phase, step, "state.pt", self.module, self.optimizer, self.ctx, self.ctx.is_main)
 
     def load_checkpoint(self, root: Path, phase: str) -> int:
-        from zoo.train.checkpoint import latest_complete
+        from zoo.train.checkpoint import load_whole
 
-        latest = latest_complete(root, phase)
-        if latest is None:
-            return 0
-        step, path = latest
-        state = torch.load(path / "state.pt", map_location=self.ctx.device, weights_only=False)
-        self.module.load_state_dict(state["model"])
-        self.base_optimizer.load_state_dict(state["optim"])
-        torch.set_rng_state(state["rng"])
-        return step
+        return load_whole(root, phase, "state.pt", self.module, self.optimizer)
 
     def for_qat(self):
         return HorovodStrategy(self.ctx, self.recipe, self.build_model)

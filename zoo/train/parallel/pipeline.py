@@ -130,3 +130,19 @@ class PipelineStrategy(MeshStrategy):
         if self.mesh is None:
             return model
         return gather_stages(self.full, self.part, self.build_model)
+
+    def save_checkpoint(self, root, phase, step):
+        if self.mesh is None:
+            return super().save_checkpoint(root, phase, step)
+        from zoo.train.checkpoint import save_whole
+
+        # Each stage's first replica writes that stage (stages hold disjoint parameters).
+        save_whole(root, phase, step, f"stage_{self.stage_index}.pt", self.part, self.optimizer, self.ctx,
+                   self.dp_rank == 0)
+
+    def load_checkpoint(self, root, phase):
+        if self.mesh is None:
+            return super().load_checkpoint(root, phase)
+        from zoo.train.checkpoint import load_whole
+
+        return load_whole(root, phase, f"stage_{self.stage_index}.pt", self.part, self.optimizer)

@@ -17,6 +17,10 @@ from zoo.train.parallel.fsdp import gather_full_model, shard_blocks
 
 
 class TensorParallelStrategy(MeshStrategy):
+    # Sharded (DTensor) and replicated (plain) parameters side by side: CUDA's default multi-tensor
+    # optimizer kernels refuse the mix, so step tensor by tensor.
+    foreach = False
+
     def __init__(self, ctx, recipe, build_model, two_d: bool):
         super().__init__(ctx, recipe, build_model)
         self.name = "dp-tp" if two_d else "tp"
