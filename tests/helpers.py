@@ -142,3 +142,13 @@ def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250)
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": ""}
     zoo_cli("build", name, env=env, check=True, timeout=600)
     return env
+
+
+def train_onnx(tmp_path: Path, out: str, *args: str) -> Path:
+    """Train with launchers/ddp.py (one process, fp32 export only) and return the model.onnx it wrote."""
+    cmd = [sys.executable, str(REPO / "launchers" / "ddp.py"), "--output-dir", str(tmp_path / out), "--no-tracking",
+           "quantization.scheme=none", "export.variants=[fp32]", "export.opsets=[17]", *args]
+    env = {**os.environ, "ZOO_HOME": str(tmp_path.parent / "zoo-home"), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return tmp_path / out / "model.onnx"

@@ -183,6 +183,45 @@ def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (
 
 
 @app.command()
+def finetune(name: str,
+             onnx_only: bool = typer.Option(False, "--onnx", help="Train the fetched fp32 ONNX with onnxruntime-training "
+                                            "(required: the PyTorch route is `torchrun launchers/...`)."),
+             data: Optional[Path] = typer.Option(None, help=".npz with x_train, y_train, x_test, y_test (your data)."),
+             shift: Optional[str] = typer.Option(None, help="Instead of --data: the entry's dataset seen through a "
+                                                 "shift (rot90, flip, invert), train split to train, test to measure."),
+             output: Path = typer.Option(Path("model.finetuned.onnx"), help="Where the fine-tuned ONNX goes."),
+             steps: int = typer.Option(200, min=1), lr: float = typer.Option(1e-3, min=0.0),
+             batch_size: int = typer.Option(32, min=1), seed: int = typer.Option(0),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Fine-tune an entry from its fp32 ONNX alone (onnxruntime-training) and measure the new model."""
+    from zoo.ondevice import finetune as run_finetune, load_npz, shifted_split
+    from zoo.store.fetch import fetch
+
+    if not onnx_only:
+        raise ZooError("zoo finetune trains the ONNX file: pass --onnx (PyTorch fine-tuning: torchrun launchers/ddp.py "
+                       "--recipe R init_from=...)")
+    if (data is None) == (shift is None):
+        raise ZooError("give exactly one of --data FILE.npz and --shift NAME")
+    card = catalog.get_card(name)
+    if data is not None:
+        train, test = load_npz(data)
+    else:
+        train, test = shifted_split(card.dataset.name, shift, "train"), shifted_split(card.dataset.name, shift, "test")
+    fp32 = fetch(name, "fp32", show_progress=not as_json).path
+    result = run_finetune(fp32, train, test, output, steps, lr, batch_size, seed, show_progress=not as_json)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table("", "accuracy on the new data", title=f"{name}: on-device fine-tuning ({steps} steps, {result['trainable']} "
+                                                          "trainable initializers)")
+    table.add_row("before (fetched fp32)", _metric(result["accuracy_before"]))
+    table.add_row("after", _metric(result["accuracy_after"]))
+    out.print(table)
+    out.print(f"loss {result['first_loss']:.4f} -> {result['final_loss']:.4f}; wrote {output} "
+              f"(sha256 {result['output_sha256'][:16]}…)")
+
+
+@app.command()
 def validate(names: list[str] = typer.Argument(None, help="Entries (default: all)."),
              all_entries: bool = typer.Option(False, "--all", help="Every entry (the default)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),

@@ -42,6 +42,11 @@ METADATA_KEYS = {
     "zoo.recipe_sha256": "sha256 of the resolved recipe (after overrides)",
     "zoo.git_commit": "commit of the zoo that produced the file ('-dirty' if uncommitted changes)",
     "zoo.opset": "default-domain opset of the file",
+    "zoo.trainable": "fp32 only: JSON list of the initializers on-device training may change (the rest stay frozen)",
+    "zoo.trainable.globs": "fp32 only: the recipe's parameter-name patterns (export.trainable) behind zoo.trainable",
+    "zoo.finetuned_from_sha256": "fine-tuned or federated files: sha256 of the fp32 file they started from",
+    "zoo.finetune": "files from `zoo finetune --onnx`: steps, learning rate, batch, seed (JSON)",
+    "zoo.federated": "files from launchers/federated.py: rounds, clients, aggregation (JSON)",
 }
 __doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
 

@@ -67,6 +67,8 @@ class Export(Strict):
     # [] trains only: no evaluation and no export (benchmark runs)
     variants: list[Literal["fp32", "fp16", "int8-qat", "int8-ptq"]] = ["fp32"]
     opsets: list[int] = [17]
+    # Parameter-name globs on-device training may change, recorded in the fp32 file (zoo.trainable); None: all.
+    trainable: list[str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "Export":
@@ -84,6 +86,20 @@ class Tracking(Strict):
     enabled: bool = True
     experiment: str = "zoo"
     uri: str | None = None  # default: sqlite database under $ZOO_HOME
+
+
+class Federated(Strict):
+    """launchers/federated.py: FedAvg over clients that train the zoo's fp32 ONNX with onnxruntime-training."""
+
+    clients: int = Field(3, ge=1)
+    rounds: int = Field(5, ge=1)
+    local_steps: int = Field(20, ge=1)  # optimizer steps per client per round
+    local_batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    dirichlet_alpha: float = Field(0.5, gt=0)  # non-IID label skew of the client splits (smaller: more skewed)
+    shift: str | None = None  # a distribution shift of the data the fleet sees (zoo.ondevice.SHIFTS)
+    round_timeout_s: float = Field(120.0, gt=0)  # a client silent this long is dropped for the round
+    min_clients: int = Field(1, ge=1)  # fewer updates than this: the global model is kept for the round
 
 
 class Recipe(Strict):
@@ -108,10 +124,11 @@ class Recipe(Strict):
     checkpoint: Checkpoint = Checkpoint()
     tracking: Tracking = Tracking()
     eval_split: Literal["val", "test"] = "test"
+    federated: Federated | None = None
 
     @model_validator(mode="after")
     def _length(self) -> "Recipe":
-        if (self.epochs is None) == (self.steps is None):
+        if self.federated is None and (self.epochs is None) == (self.steps is None):
             raise ValueError("set exactly one of 'epochs' and 'steps'")
         if self.quantization.scheme == "none" and {"int8-qat"} & set(self.export.variants):
             raise ValueError("export.variants: int8-qat needs quantization.scheme: qat-int8")

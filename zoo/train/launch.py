@@ -43,6 +43,8 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
             overrides.append("tracking.enabled=false")
         recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
         model_spec(recipe.model)  # unknown models fail before any process group exists
+        if recipe.federated is not None:
+            raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
         strategy = strategy_for(launcher, recipe.parallelism.strategy)
         ctx = (init or init_distributed)(recipe.backend)
         if strategy != recipe.parallelism.strategy != "ddp" and ctx.is_main:

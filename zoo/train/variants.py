@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import onnx
 import torch
 
 from zoo import export
@@ -21,6 +23,15 @@ def _describe(path: Path, opset: int, acc: float) -> dict:
     return {"file": path.name, "sha256": pointer.oid, "size": pointer.size, "opset": opset, "accuracy": acc}
 
 
+def trainable_metadata(onnx_model, model: torch.nn.Module, patterns: list[str] | None) -> dict[str, str]:
+    """The fp32 file's record of what on-device training may change (zoo.ondevice)."""
+    from zoo.ondevice import TRAINABLE_GLOBS_KEY, TRAINABLE_KEY, trainable_initializers
+
+    params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
+    names = trainable_initializers(onnx_model, params, patterns)
+    return {TRAINABLE_KEY: json.dumps(names), TRAINABLE_GLOBS_KEY: json.dumps(patterns or ["*"])}
+
+
 def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.Module | None, data: Dataset,
                     out: Path) -> dict[str, dict]:
     split = data.split(recipe.eval_split)
@@ -33,12 +44,16 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
     primary = opsets[-1]
     results: dict[str, dict] = {}
 
-    fp32 = export.stamp(export.export_fp32(model, example, out / FILES["fp32"], primary), "fp32", common)
+    fp32 = export.export_fp32(model, example, out / FILES["fp32"], primary)
+    common_fp32 = {**common, **trainable_metadata(onnx.load(str(fp32)), model, recipe.export.trainable)}
+    fp32 = export.stamp(fp32, "fp32", common_fp32)
     results["fp32"] = _describe(fp32, primary, accuracy(fp32, x, y))
     reference = predict(fp32, x).argmax(axis=1)
     extra = {}
     for opset in opsets[:-1]:
-        path = export.stamp(export.export_fp32(model, example, out / f"model.opset{opset}.onnx", opset), "fp32", common)
+        path = export.export_fp32(model, example, out / f"model.opset{opset}.onnx", opset)
+        path = export.stamp(path, "fp32", {**common, **trainable_metadata(onnx.load(str(path)), model,
+                                                                           recipe.export.trainable)})
         info = _describe(path, opset, accuracy(path, x, y))
         info["agreement_with_primary"] = float((predict(path, x).argmax(axis=1) == reference).mean())
         extra[str(opset)] = info

@@ -1,0 +1,285 @@
+"""Training from the ONNX file alone, with onnxruntime-training (no PyTorch code needed on the device).
+
+- The fp32 export records which initializers a device may change: `zoo.trainable` (JSON list of ONNX
+  initializer names) and `zoo.trainable.globs` (the recipe's parameter-name patterns they came from).
+  Files without the key (older exports) treat every float weight as trainable.
+- `training_artifacts` turns an fp32 ONNX file into onnxruntime-training's training, eval and optimizer
+  models plus the initial checkpoint (cross-entropy loss, AdamW), with that trainable/frozen split.
+- `OnnxTrainer` runs them (CheckpointState, Module, Optimizer) and exports a new inference ONNX.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from fnmatch import fnmatch
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from zoo.errors import ZooError
+
+TRAINABLE_KEY = "zoo.trainable"
+TRAINABLE_GLOBS_KEY = "zoo.trainable.globs"
+ARTIFACT_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
+
+
+def trainable_initializers(onnx_model: onnx.ModelProto, named_params: dict[str, np.ndarray],
+                           patterns: list[str] | None) -> list[str]:
+    """ONNX initializer names holding the torch parameters that match `patterns` (None: all).
+
+    Exporters rename folded weights (a Linear on 3-D input becomes MatMul with a transposed initializer
+    called `onnx::MatMul_123`), so parameters are found by value, as stored or transposed."""
+    wanted = {n: v for n, v in named_params.items() if patterns is None or any(fnmatch(n, p) for p in patterns)}
+    by_value: dict[bytes, list[str]] = {}
+    for init in onnx_model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype == np.float32 and array.ndim >= 1:
+            by_value.setdefault(array.tobytes(), []).append(init.name)
+    names = []
+    for value in wanted.values():
+        candidates = [np.ascontiguousarray(c) for c in ([value, value.T] if value.ndim == 2 else [value])]
+        found = next((by_value[c.tobytes()] for c in candidates if c.tobytes() in by_value), [])
+        # Not found: the graph does not use that parameter (e.g. BERT's pooler under mean pooling).
+        names += [n for n in found if n not in names]
+    if not names:
+        raise ZooError(f"trainable patterns {patterns} match no initializer of the ONNX graph")
+    return names
+
+
+def float_weights(model: onnx.ModelProto) -> list[str]:
+    return [i.name for i in model.graph.initializer
+            if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) >= 1]
+
+
+def trainable_of(model: onnx.ModelProto) -> list[str]:
+    """The file's own trainable set (metadata), or every float weight for files that carry none."""
+    props = {p.key: p.value for p in model.metadata_props}
+    if TRAINABLE_KEY in props:
+        names = json.loads(props[TRAINABLE_KEY])
+        missing = set(names) - {i.name for i in model.graph.initializer}
+        if missing:
+            raise ZooError(f"{TRAINABLE_KEY} names initializers the graph lacks: {sorted(missing)[:3]}")
+        return names
+    return float_weights(model)
+
+
+def quiet_onnxruntime() -> None:
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)
+
+
+@contextmanager
+def native_stderr_captured():
+    """onnxruntime's gradient-graph builder logs every graph transformer at INFO on fd 2, whatever the logger
+    severity: capture it, and show it only when generation fails."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            log.seek(0)
+            sys.stderr.write(log.read().decode(errors="replace")[-4000:])
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "AdamW") -> dict[str, Path]:
+    """onnxruntime-training artifacts for an fp32 classifier (logits output), written atomically as a folder."""
+    from onnxruntime.training import artifacts
+
+    quiet_onnxruntime()
+    model = onnx.load(str(fp32_path))
+    if {p.key: p.value for p in model.metadata_props}.get("zoo.variant", "fp32") != "fp32":
+        raise ZooError(f"{fp32_path} is not an fp32 export: on-device training starts from the fp32 variant")
+    trainable = trainable_of(model)
+    frozen = [n for n in float_weights(model) if n not in set(trainable)]
+    _expose_layernorm_statistics(model)
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        with native_stderr_captured():
+            artifacts.generate_artifacts(model, requires_grad=trainable, frozen_params=frozen,
+                                         loss=artifacts.LossType.CrossEntropyLoss,
+                                         optimizer=getattr(artifacts.OptimType, lr_optimizer), artifact_directory=tmp)
+        (tmp / "trainable.json").write_text(json.dumps({"trainable": trainable, "frozen": frozen}, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {name: out_dir / name for name in ARTIFACT_FILES}
+
+
+def _expose_layernorm_statistics(model: onnx.ModelProto) -> None:
+    """LayerNormalization's gradient reads the optional Mean and InvStdDev outputs that inference exports omit
+    (onnxruntime's gradient builder fails with `i < node_->OutputDefs().size()`): name them."""
+    for i, node in enumerate(model.graph.node):
+        if node.op_type == "LayerNormalization" and len(node.output) < 3:
+            base = node.output[0]
+            node.output.extend([f"{base}_mean_{i}", f"{base}_inv_std_{i}"][len(node.output) - 1:])
+
+
+class OnnxTrainer:
+    """Fine-tunes from training artifacts with onnxruntime.training.api; no torch involved."""
+
+    def __init__(self, artifact_dir: Path, lr: float, seed: int = 0):
+        import onnxruntime
+        from onnxruntime.training.api import CheckpointState, Module, Optimizer
+
+        self.dir = Path(artifact_dir)
+        self.state = CheckpointState.load_checkpoint(str(self.dir / "checkpoint"))
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # training sessions log every graph transformer at INFO
+        self.module = Module(str(self.dir / "training_model.onnx"), self.state, str(self.dir / "eval_model.onnx"),
+                             session_options=options)
+        self.optimizer = Optimizer(str(self.dir / "optimizer_model.onnx"), self.module)
+        self.optimizer.set_learning_rate(lr)
+        self.rng = np.random.default_rng(seed)
+        self.label_type = next(np.int32 if "int32" in i.type else np.int64 for i in self._inputs() if i.name == "labels")
+
+    def _inputs(self):
+        import onnxruntime as ort
+
+        return ort.InferenceSession(str(self.dir / "eval_model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.module.train()
+        loss = self.module(x, y.astype(self.label_type))
+        loss = loss[0] if isinstance(loss, (list, tuple)) else loss
+        self.optimizer.step()
+        self.module.lazy_reset_grad()
+        return float(loss)
+
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.module.eval()
+        loss = self.module(x, y.astype(self.label_type))
+        return float(loss[0] if isinstance(loss, (list, tuple)) else loss)
+
+    def train(self, x: np.ndarray, y: np.ndarray, steps: int, batch: int, progress=None) -> list[float]:
+        losses = []
+        for _ in range(steps):
+            idx = self.rng.choice(len(x), size=min(batch, len(x)), replace=False)
+            losses.append(self.step(x[idx], y[idx]))
+            if progress is not None:
+                progress(losses[-1])
+        return losses
+
+    def parameters(self) -> np.ndarray:
+        """All trainable parameters as one flat float32 vector (what federated clients send)."""
+        return self.module.get_contiguous_parameters(trainable_only=True).numpy()
+
+    def load_parameters(self, flat: np.ndarray) -> None:
+        from onnxruntime import OrtValue
+
+        # The binding wants the C-level value under the Python wrapper.
+        value = OrtValue.ortvalue_from_numpy(np.ascontiguousarray(flat, np.float32))
+        self.module.copy_buffer_to_parameters(value._ortvalue, trainable_only=True)
+
+    def export(self, path: Path, output_name: str = "logits") -> Path:
+        """The fine-tuned inference model (the fp32 graph with the new weights), written atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        self.module.export_model_for_inferencing(str(tmp), [output_name])
+        tmp.replace(path)
+        return path
+
+
+@contextmanager
+def artifacts_for(fp32_path: Path):
+    """Training artifacts for `fp32_path` in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="zoo-ort-train-") as tmp:
+        training_artifacts(fp32_path, Path(tmp) / "artifacts")
+        yield Path(tmp) / "artifacts"
+
+
+SHIFTS = {
+    # Distribution shifts for image datasets: the same classes seen differently (a real domain shift).
+    "rot90": lambda x: np.rot90(x, k=1, axes=(-2, -1)),
+    "flip": lambda x: x[..., ::-1],
+    "invert": lambda x: x.max() - x,
+}
+
+
+def shifted_split(dataset: str, shift: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    from zoo.data import load_dataset
+
+    if shift not in SHIFTS:
+        raise ZooError(f"unknown shift '{shift}'; known: {', '.join(SHIFTS)}")
+    part = load_dataset(dataset).split(split)
+    x = part.x.numpy()
+    if x.ndim != 4:
+        raise ZooError(f"shift '{shift}' applies to image datasets; {dataset} inputs have shape {list(x.shape[1:])}")
+    return np.ascontiguousarray(SHIFTS[shift](x), dtype=np.float32), part.y.numpy()
+
+
+def load_npz(path: Path) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """A user's data: x_train, y_train, x_test, y_test arrays in one .npz file."""
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+    except (OSError, ValueError) as exc:
+        raise ZooError(f"{path}: not a readable .npz file ({exc})") from None
+    except KeyError as exc:
+        raise ZooError(f"{path}: missing array {exc}; expected x_train, y_train, x_test, y_test") from None
+    return (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
+
+
+def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
+             out_path: Path, steps: int = 200, lr: float = 1e-3, batch: int = 32, seed: int = 0,
+             show_progress: bool = True) -> dict:
+    """Fine-tune `fp32_path` on `train` with onnxruntime-training alone; export and measure the result on `test`."""
+    from zoo.evaluate import accuracy
+    from zoo.export import read_metadata
+    from zoo.store.pointer import sha256_file
+
+    x, y = train
+    source_sha = sha256_file(fp32_path)
+    before = accuracy(fp32_path, test[0], test[1])
+    with artifacts_for(fp32_path) as folder, _progress(show_progress, steps) as advance:
+        trainer = OnnxTrainer(folder, lr=lr, seed=seed)
+        losses = trainer.train(x.astype(np.float32) if x.dtype.kind == "f" else x, y, steps, batch, advance)
+        exported = trainer.export(out_path.with_name(f".{out_path.name}.raw"))
+    props = {**read_metadata(fp32_path), "zoo.finetuned_from_sha256": source_sha,
+             "zoo.finetune": json.dumps({"steps": steps, "lr": lr, "batch": batch, "seed": seed, "tool": "onnxruntime-training"})}
+    model = onnx.load(str(exported))
+    del model.metadata_props[:]
+    for key in sorted(props):
+        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(exported))
+    exported.replace(out_path)
+    after = accuracy(out_path, test[0], test[1])
+    return {"source": str(fp32_path), "source_sha256": source_sha, "output": str(out_path),
+            "output_sha256": sha256_file(out_path), "steps": steps, "first_loss": losses[0], "final_loss": losses[-1],
+            "accuracy_before": before, "accuracy_after": after, "trainable": len(trainable_of(onnx.load(str(fp32_path))))}
+
+
+@contextmanager
+def _progress(show: bool, total: int):
+    if not show:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("on-device fine-tuning"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("loss {task.fields[loss]:.4f}"), console=Console(stderr=True)) as bar:
+        task = bar.add_task("finetune", total=total, loss=float("nan"))
+        yield lambda loss: bar.update(task, advance=1, loss=loss)
