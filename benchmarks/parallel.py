@@ -44,7 +44,6 @@ LAYOUTS = {
     "zero2": ("deepspeed.py", 2, ["parallelism.strategy=zero2"]),
     "zero3": ("deepspeed.py", 2, ["parallelism.strategy=zero3"]),
     "zero3 small buffers": ("deepspeed.py", 2, ["parallelism.strategy=zero3", SMALL_BUFFERS]),
-    "zero2 small buffers": ("deepspeed.py", 2, ["parallelism.strategy=zero2", SMALL_BUFFERS]),
     "horovod": ("horovod.py", 2, []),
     "tp": ("tensor_parallel.py", 2, []),
     "pp": ("pipeline.py", 2, []),
@@ -69,7 +68,10 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
         cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", script]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HOROVOD_GLOO_IFACE": "lo"}
     print(f"[{name}] {' '.join(cmd[-1:])} ...", file=sys.stderr, flush=True)
-    subprocess.run([*cmd, *args], check=True, env=env, capture_output=True, cwd=tmp)
+    done = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, cwd=tmp)
+    if done.returncode != 0:  # one failing layout is reported, the others still measured
+        errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line and "Warning" not in line]
+        return {"processes": nproc, "error": (errors or ["exit status %d" % done.returncode])[-1][:300]}
     summary = json.loads((out / "summary.json").read_text())
     phase = summary["phases"]["fp32"]
     model_mib = [p - b for p, b in zip(phase["peak_rss_mib"], summary["baseline_rss_mib"])]
@@ -89,8 +91,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="zoo-bench-parallel-") as tmp:
         results = {name: run_layout(Path(tmp), name, args.steps, args.global_batch) for name in names}
     base = results.get("1 process")
-    n_params = next(iter(results.values()))["num_params"]
+    n_params = next(r["num_params"] for r in results.values() if "num_params" in r)
     for name, r in results.items():
+        if "error" in r:
+            continue
         if base:
             r["step_time_vs_1_process"] = r["step_seconds"] / base["step_seconds"]
         theory = THEORY_BYTES_PER_PARAM.get(r["strategy"])
@@ -105,6 +109,9 @@ def main() -> None:
              "| layout | processes | memory per rank, MiB (max) | ZeRO-paper model states, MiB | step time vs 1 process |",
              "| --- | --- | --- | --- | --- |"]
     for name, r in results.items():
+        if "error" in r:
+            lines.append(f"| {name} | {r['processes']} | failed: {r['error']} | | |")
+            continue
         theory = r.get("theory_model_state_mib")
         ratio = r.get("step_time_vs_1_process")
         lines.append(f"| {name} | {r['processes']} | {max(r['model_state_mib_per_rank']):.0f} | "

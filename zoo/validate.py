@@ -207,6 +207,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
                         accuracy, claimed, detail=f"tolerance {variant.tolerance}"))
         if key == "fp32":
             fp32_accuracy, reference_labels = accuracy, logits.argmax(1)
+            rows.append(_ort_training_row(entry.name, path, x, y, logits, scratch))
             for opset, file in variant.extra_opsets.items():
                 agree = float((predict(folder / file, x).argmax(1) == reference_labels).mean())
                 rows.append(Row(entry.name, key, f"opset {opset}", agree >= 0.999, agree, 1.0,
@@ -217,6 +218,30 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
             rows.append(Row(entry.name, key, "int8 drop", drop <= MAX_INT8_DROP or explained, drop, MAX_INT8_DROP,
                             detail="accuracy lost vs fp32" + (" (explained on the card)" if explained else "")))
     return rows
+
+
+def _ort_training_row(name: str, path: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray, scratch: Path) -> Row:
+    """The fp32 file trains on a device: onnxruntime-training artifacts from its `zoo.trainable` split; the model
+    exported before any step predicts like the file, and a few steps lower the loss on a fixed batch."""
+    from zoo.evaluate import predict
+    from zoo.ondevice import OnnxTrainer, training_artifacts
+
+    try:
+        folder = scratch / f"{name}-ort-training"
+        training_artifacts(path, folder)
+        trainer = OnnxTrainer(folder, lr=1e-3)
+        untouched = float(np.abs(predict(trainer.export(folder / "untouched.onnx"), x[:64]) - logits[:64]).max())
+        batch_x, batch_y = x[:32], y[:32]
+        before = trainer.eval_loss(batch_x, batch_y)
+        for _ in range(10):
+            trainer.step(batch_x, batch_y)
+        after = trainer.eval_loss(batch_x, batch_y)
+    except Exception as exc:  # noqa: BLE001 - any failure to build or run the artifacts is a failed row
+        return Row(name, "fp32", "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
+    ok = untouched <= OUTPUT_ATOL and after < before
+    return Row(name, "fp32", "ort-training", ok, after, before,
+               detail=f"onnxruntime-training: loss {before:.4f} -> {after:.4f} after 10 steps; untouched export "
+                      f"max |diff| {untouched:.1e}")
 
 
 def validate(names: list[str] | None = None, log=print, rebuild_budget: float | None = None,

@@ -155,11 +155,16 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Last hidden states [batch, tokens, hidden]; padding (id 0) is masked out of attention."""
-        return self.encoder(self.embeddings(input_ids), self.mask_bias(input_ids))
+        return self.encoder(self.embeddings(input_ids), mask_bias(self.keep(input_ids)))
 
-    def mask_bias(self, input_ids: torch.Tensor) -> torch.Tensor:
-        keep = (input_ids != self.config.pad_token_id).to(torch.float32)
-        return ((1.0 - keep) * torch.finfo(torch.float32).min)[:, None, None, :]
+    def keep(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """1 for real tokens, 0 for padding (int64: pipeline stages pass it on without gradients)."""
+        return (input_ids != self.config.pad_token_id).long()
+
+
+def mask_bias(keep: torch.Tensor) -> torch.Tensor:
+    """Additive attention bias: 0 where attended, the float32 minimum on padding."""
+    return ((1.0 - keep.to(torch.float32)) * torch.finfo(torch.float32).min)[:, None, None, :]
 
 
 class BertClassifier(nn.Module):
@@ -188,7 +193,7 @@ class BertClassifier(nn.Module):
         return [self.bert.embeddings, *self.bert.encoder.layer]
 
     def pipeline_blocks(self) -> list[nn.Module]:
-        # Split points between transformer layers; the attention mask travels with the hidden states.
+        # Split points between transformer layers; the padding mask (int64, no gradient) travels with the hidden states.
         return [_EmbedStage(self.bert), *(_LayerStage(layer) for layer in self.bert.encoder.layer), _HeadStage(self)]
 
     def tensor_parallel_plan(self) -> dict:
@@ -210,10 +215,10 @@ class _EmbedStage(nn.Module):
     def __init__(self, bert: BertModel):
         super().__init__()
         self.embeddings = bert.embeddings
-        self._mask_bias = bert.mask_bias
+        self._keep = bert.keep
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.embeddings(input_ids), self._mask_bias(input_ids)
+        return self.embeddings(input_ids), self._keep(input_ids)
 
 
 class _LayerStage(nn.Module):
@@ -221,8 +226,8 @@ class _LayerStage(nn.Module):
         super().__init__()
         self.layer = layer
 
-    def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.layer(hidden, mask_bias), mask_bias
+    def forward(self, hidden: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.layer(hidden, mask_bias(keep)), keep
 
 
 class _HeadStage(nn.Module):
@@ -231,8 +236,8 @@ class _HeadStage(nn.Module):
         self.pooler, self.dropout, self.classifier = model.bert.pooler, model.dropout, model.classifier
         self._classify = model.classify
 
-    def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
-        return self._classify(hidden, mask_bias[:, 0, 0, :] == 0)
+    def forward(self, hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        return self._classify(hidden, keep.bool())
 
 
 def _register(name: str, config: BertConfig) -> None:

@@ -168,7 +168,8 @@ class DeepSpeedPipelineStrategy(_DeepSpeedBase):
 
         self.accumulation = accumulation
         deepspeed.init_distributed(dist_backend=self.ctx.backend)  # reuses the trainer's process group
-        blocks = pipeline_blocks(model)
+        # DeepSpeed hands each layer the previous one's output as one argument (a tuple stays a tuple).
+        blocks = [_SplatTuple(block) for block in pipeline_blocks(model)]
         sizes = [sum(p.numel() for p in b.parameters()) for b in blocks]
         balanced_split(sizes, self.stages)  # a clear error when there are fewer blocks than stages
         pipe = PipelineModule(layers=blocks, num_stages=self.stages, partition_method="parameters",
@@ -193,3 +194,12 @@ class DeepSpeedPipelineStrategy(_DeepSpeedBase):
         plain = self.build_model()
         plain.load_state_dict({k: v for piece in pieces for k, v in piece.items()})
         return plain
+
+
+class _SplatTuple(torch.nn.Module):
+    def __init__(self, block: torch.nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, inputs):
+        return self.block(*inputs) if isinstance(inputs, tuple) else self.block(inputs)
