@@ -66,6 +66,7 @@ class Round:
     number: int
     updates: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict)  # client -> (params, samples)
     refused: list[str] = field(default_factory=list)
+    first_update: float | None = None  # monotonic time of the round's first accepted update
 
 
 class FedAvgServer:
@@ -133,14 +134,21 @@ class FedAvgServer:
                 self.log(f"server: {reason}")
                 return False, reason
             self.current.updates[client] = (params, samples)
+            if self.current.first_update is None:
+                self.current.first_update = time.monotonic()
             self.lock.notify_all()
             return True, "accepted"
 
     def run_round(self) -> dict:
         """Wait for the clients (or the deadline), FedAvg the valid updates, evaluate, save."""
-        deadline = time.monotonic() + self.cfg.round_timeout_s
+        opened = time.monotonic()
         with self.lock:
-            while len(self.current.updates) < self.cfg.clients and time.monotonic() < deadline:
+            while len(self.current.updates) < self.cfg.clients:
+                # A client is dropped once it is round_timeout_s behind the first update of the round (or, when
+                # nobody answers, behind the round's opening): slow starters are not punished, dead ones are.
+                started = self.current.first_update or opened
+                if time.monotonic() >= started + self.cfg.round_timeout_s:
+                    break
                 self.lock.wait(timeout=0.2)
             r = self.current
             received = sorted(r.updates)

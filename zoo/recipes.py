@@ -98,7 +98,7 @@ class Federated(Strict):
     lr: float = Field(1e-3, gt=0)
     dirichlet_alpha: float = Field(0.5, gt=0)  # non-IID label skew of the client splits (smaller: more skewed)
     shift: str | None = None  # a distribution shift of the data the fleet sees (zoo.ondevice.SHIFTS)
-    round_timeout_s: float = Field(120.0, gt=0)  # a client silent this long is dropped for the round
+    round_timeout_s: float = Field(120.0, gt=0)  # a client this far behind the round's first update is dropped
     min_clients: int = Field(1, ge=1)  # fewer updates than this: the global model is kept for the round
 
 

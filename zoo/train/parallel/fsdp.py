@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -52,8 +54,6 @@ class FSDPStrategy(Strategy):
         return shard_blocks(model, mesh, self.recipe.precision)
 
     def accumulating(self, skip_sync: bool):
-        import contextlib
-
         if self.ctx.distributed:
             # Reduce-scatter once per step, after the last micro-batch.
             self.module.set_requires_gradient_sync(not skip_sync)

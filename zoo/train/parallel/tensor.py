@@ -8,6 +8,8 @@ read the same data.
 
 from __future__ import annotations
 
+import contextlib
+
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module
 
@@ -47,8 +49,6 @@ class TensorParallelStrategy(MeshStrategy):
         return model
 
     def accumulating(self, skip_sync: bool):
-        import contextlib
-
         if self.mesh is not None and self.dp_size > 1:
             self.module.set_requires_gradient_sync(not skip_sync)
         return contextlib.nullcontext()
