@@ -49,6 +49,9 @@ METADATA_KEYS = {
     "zoo.federated": "files from launchers/federated.py: rounds, clients, aggregation (JSON)",
 }
 __doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
+# Keys only some files carry: fp32 exports (on-device training split) and files trained from a zoo file.
+FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs"}
+RETRAINED_KEYS = {"zoo.finetuned_from_sha256", "zoo.finetune", "zoo.federated"}
 
 PRECISION_METADATA = {
     "fp32": {"zoo.precision.weights": "fp32", "zoo.precision.activations": "fp32",
