@@ -93,6 +93,11 @@ def stamp(path: Path, variant: str, common: dict[str, str], source: Path | None 
     props = {**common, **PRECISION_METADATA[variant], "zoo.variant": variant, "zoo.opset": str(opset)}
     if source is not None:
         props["zoo.source_sha256"] = sha256_file(source)
+    return write_metadata(model, props, path)
+
+
+def write_metadata(model: onnx.ModelProto, props: dict[str, str], path: Path) -> Path:
+    """Replace the model's metadata with `props`, check it, and save it atomically to `path`."""
     del model.metadata_props[:]
     for key in sorted(props):
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))

@@ -10,6 +10,7 @@ resumes from the last one after a restart.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -104,10 +105,9 @@ class FedAvgServer:
     def _save(self) -> None:
         from zoo.store.cache import atomic_write_bytes, atomic_write_text
 
-        tmp = self.out / ".server_state.tmp.npz"
-        np.savez(tmp, params=self.global_params, base_sha256=np.array(self.base_sha))
-        atomic_write_bytes(self.out / "server_state.npz", tmp.read_bytes())
-        tmp.unlink()
+        buffer = io.BytesIO()
+        np.savez(buffer, params=self.global_params, base_sha256=np.array(self.base_sha))
+        atomic_write_bytes(self.out / "server_state.npz", buffer.getvalue())
         atomic_write_text(self.out / "history.json", json.dumps(self.history, indent=2) + "\n")
 
     # protocol -----------------------------------------------------------------------------------------------
@@ -187,21 +187,15 @@ class FedAvgServer:
         """The final global model as an inference ONNX with the zoo's metadata."""
         import onnx
 
-        from zoo.export import read_metadata
+        from zoo.export import read_metadata, write_metadata
 
         self.model.load_parameters(self.global_params)
-        path = self.model.export(self.out / ".model.federated.raw.onnx")
-        model = onnx.load(str(path))
+        raw = self.model.export(self.out / ".model.federated.raw.onnx")
         props = {**read_metadata(self.base), "zoo.finetuned_from_sha256": self.base_sha,
                  "zoo.federated": json.dumps({"rounds": len(self.history), "clients": self.cfg.clients,
                                               "recipe": self.recipe.name, "aggregation": "FedAvg (sample-weighted)"})}
-        del model.metadata_props[:]
-        for key in sorted(props):
-            model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))
-        onnx.checker.check_model(model, full_check=True)
-        onnx.save(model, str(path))
-        final = self.out / "model.federated.onnx"
-        path.replace(final)
+        final = write_metadata(onnx.load(str(raw)), props, self.out / "model.federated.onnx")
+        raw.unlink()
         return final
 
     def serve(self, port: int) -> ThreadingHTTPServer:

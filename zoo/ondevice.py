@@ -246,7 +246,7 @@ def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[
              show_progress: bool = True) -> dict:
     """Fine-tune `fp32_path` on `train` with onnxruntime-training alone; export and measure the result on `test`."""
     from zoo.evaluate import accuracy
-    from zoo.export import read_metadata
+    from zoo.export import read_metadata, write_metadata
     from zoo.store.pointer import sha256_file
 
     x, y = train
@@ -258,13 +258,8 @@ def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[
         exported = trainer.export(out_path.with_name(f".{out_path.name}.raw"))
     props = {**read_metadata(fp32_path), "zoo.finetuned_from_sha256": source_sha,
              "zoo.finetune": json.dumps({"steps": steps, "lr": lr, "batch": batch, "seed": seed, "tool": "onnxruntime-training"})}
-    model = onnx.load(str(exported))
-    del model.metadata_props[:]
-    for key in sorted(props):
-        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(exported))
-    exported.replace(out_path)
+    write_metadata(onnx.load(str(exported)), props, out_path)
+    exported.unlink()
     after = accuracy(out_path, test[0], test[1])
     return {"source": str(fp32_path), "source_sha256": source_sha, "output": str(out_path),
             "output_sha256": sha256_file(out_path), "steps": steps, "first_loss": losses[0], "final_loss": losses[-1],

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from zoo.train.parallel.base import Strategy, make_optimizer, summed_loss
-from zoo.train.parallel.pipeline import balanced_split
+from zoo.train.parallel.pipeline import balanced_split, merge_stages
 
 # Built once by `make setup`; a JIT build in every job's first step would cost minutes.
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
@@ -188,12 +188,7 @@ class DeepSpeedPipelineStrategy(_DeepSpeedBase):
         self.engine.module.train(mode)
 
     def full_model(self, model):
-        local = full_fp32_state(self.engine.module, self.names)
-        pieces = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(pieces, local)
-        plain = self.build_model()
-        plain.load_state_dict({k: v for piece in pieces for k, v in piece.items()})
-        return plain
+        return merge_stages(full_fp32_state(self.engine.module, self.names), self.build_model)
 
 
 class _SplatTuple(torch.nn.Module):

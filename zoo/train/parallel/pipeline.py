@@ -63,13 +63,12 @@ def original_names(model: nn.Module, part: nn.Module) -> dict[str, torch.Tensor]
     return {names[id(t)]: t.detach() for t in [*part.parameters(), *part.buffers()]}
 
 
-def gather_stages(model: nn.Module, part: nn.Module, build_model) -> nn.Module:
-    """Every stage's weights merged into a fresh plain model on every rank (all_gather_object)."""
+def merge_stages(local: dict[str, torch.Tensor], build_model) -> nn.Module:
+    """Every rank's part (named as in the full model) merged into a fresh plain model on every rank."""
     pieces = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(pieces, {k: v.cpu() for k, v in original_names(model, part).items()})
-    state = {k: v for piece in pieces for k, v in piece.items()}
+    torch.distributed.all_gather_object(pieces, {k: v.cpu() for k, v in local.items()})
     plain = build_model()
-    plain.load_state_dict(state)
+    plain.load_state_dict({k: v for piece in pieces for k, v in piece.items()})
     return plain
 
 
@@ -129,7 +128,7 @@ class PipelineStrategy(MeshStrategy):
     def full_model(self, model):
         if self.mesh is None:
             return model
-        return gather_stages(self.full, self.part, self.build_model)
+        return merge_stages(original_names(self.full, self.part), self.build_model)
 
     def save_checkpoint(self, root, phase, step):
         if self.mesh is None:
