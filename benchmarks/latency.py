@@ -29,7 +29,7 @@ def main() -> None:
         x = load_dataset(card.dataset.name).test.x.numpy()
         measured = {}
         for key, variant in card.variants.items():
-            if not variant.built:
+            if not variant.built or variant.format != "onnx":  # training artifacts are not an inference model
                 continue
             try:
                 path = fetch(name, key, show_progress=False).path

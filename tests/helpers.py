@@ -125,8 +125,9 @@ class LfsServer:
         return matches[0]
 
 
-def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250) -> dict:
-    """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment."""
+def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250, card: dict | None = None) -> dict:
+    """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment.
+    `card`: more hand-written card fields (e.g. derived variants to declare)."""
     data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
     data.update(name="quick", steps=steps, tracking={"enabled": False})
     data.pop("epochs")
@@ -137,7 +138,8 @@ def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250)
     entries = root / "entries"
     (entries / name).mkdir(parents=True)
     hand_written = {"name": name, "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
-                    "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}
+                    "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)},
+                    **(card or {})}
     (entries / name / "card.yaml").write_text(yaml.safe_dump(hand_written))
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": ""}
     zoo_cli("build", name, env=env, check=True, timeout=600)

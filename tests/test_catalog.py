@@ -49,6 +49,20 @@ def test_bad_sha_and_half_built_variant(zoo_env):
         load_card(folder / "card.yaml")
 
 
+def test_derived_variant_fields_are_checked(zoo_env):
+    folder = write_entry(zoo_env["entries"], "tiny")
+    artifacts = {"file": "model.ort-training.zip", "precision": "int8", "opset": 17, "format": "ort-training"}
+    _edit_card(folder, lambda d: d["variants"].update({"ort-training": artifacts}))
+    with pytest.raises(CardError, match=r"ort-training variants are made from the fp32 file as it is"):
+        load_card(folder / "card.yaml")
+    _edit_card(folder, lambda d: d["variants"]["ort-training"].update(precision="fp32", format="tflite"))
+    with pytest.raises(CardError, match=r"variants.ort-training.format"):
+        load_card(folder / "card.yaml")
+    _edit_card(folder, lambda d: (d["variants"]["ort-training"].update(format="ort-training"), d.update(trainable=[])))
+    with pytest.raises(CardError, match=r"trainable"):
+        load_card(folder / "card.yaml")
+
+
 @pytest.mark.parametrize("bad", ["../../outside.onnx", "/etc/passwd", "sub/../../x.onnx"])
 def test_path_traversal_refused(zoo_env, bad):
     folder = write_entry(zoo_env["entries"], "tiny")

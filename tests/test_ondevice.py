@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import yaml
 from onnx import numpy_helper
 
 from tests.helpers import quick_digits_entry, train_onnx, zoo_cli
 from zoo.data import load_dataset
 from zoo.evaluate import accuracy, predict
 from zoo.export import read_metadata
-from zoo.ondevice import OnnxTrainer, TRAINABLE_KEY, finetune, float_weights, training_artifacts
+from zoo.ondevice import (ARTIFACT_FILES, SPLIT_FILE, TRAINABLE_KEY, OnnxTrainer, finetune, float_weights,
+                         training_artifacts)
+from zoo.store.pointer import sha256_file
 
 TINY_BERT = ["--model", "bert", "model_args.num_hidden_layers=2", "model_args.hidden_size=32",
              "model_args.num_attention_heads=2", "model_args.intermediate_size=64"]
@@ -69,12 +74,99 @@ def test_artifacts_train_lower_the_loss_and_export_an_equivalent_model(tmp_path,
     assert trainer.eval_loss(x[:256], y[:256]) < first
 
 
-def test_finetune_on_a_shifted_distribution_raises_accuracy(tmp_path):
-    env = quick_digits_entry(tmp_path)
+TRAINABLE = ["features.2.*", "head.*"]  # the first conv block frozen
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    """A quick digits entry whose card declares a trainable split and both derived variants; `zoo build` makes them."""
+    root = tmp_path_factory.mktemp("derived")
+    fed = root / "fed-quick.yaml"
+    fed.write_text(yaml.safe_dump({
+        "name": "fed-quick", "model": "digits-cnn", "seed": 0, "tracking": {"enabled": False},
+        "federated": {"clients": 2, "rounds": 2, "local_steps": 15, "local_batch_size": 32, "lr": 0.003,
+                      "dirichlet_alpha": 0.5, "shift": "rot90", "round_timeout_s": 120, "min_clients": 1}}))
+    env = quick_digits_entry(root, card={"trainable": TRAINABLE, "variants": {
+        "ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "opset": 17, "format": "ort-training"},
+        "federated": {"file": "model.federated.onnx", "precision": "fp32", "opset": 17, "recipe": str(fed)}}})
+    return {"env": env, "dir": Path(env["ZOO_ENTRIES"]) / "quick-digits"}
+
+
+def _card(built) -> dict:
+    return yaml.safe_load((built["dir"] / "card.yaml").read_text())
+
+
+def test_build_makes_training_artifacts_from_the_cards_split(built):
+    card = _card(built)
+    fp32, variant = built["dir"] / "model.onnx", card["variants"]["ort-training"]
+    meta = read_metadata(fp32)
+    assert json.loads(meta["zoo.trainable.globs"]) == TRAINABLE  # the card's split, recorded in the fp32 file
+    archive = built["dir"] / variant["file"]
+    assert (sha256_file(archive), archive.stat().st_size) == (variant["sha256"], variant["size"])
+    with zipfile.ZipFile(archive) as zf:
+        assert sorted(zf.namelist()) == sorted([*ARTIFACT_FILES, SPLIT_FILE])
+        split = json.loads(zf.read(SPLIT_FILE))
+    assert split["source_sha256"] == card["variants"]["fp32"]["sha256"] and split["globs"] == TRAINABLE
+    assert split["trainable"] == json.loads(meta[TRAINABLE_KEY]) and len(split["frozen"]) == 2  # features.0.*
+    sizes = {i.name: int(np.prod(i.dims)) for i in onnx.load(str(fp32)).graph.initializer}
+    assert variant["metrics"]["trainable_parameters"] == sum(sizes[n] for n in split["trainable"]) == 38282 - 160
+    # the untouched checkpoint exports the fp32 model itself
+    assert variant["metrics"]["accuracy"] == card["variants"]["fp32"]["metrics"]["accuracy"]
+    # `zoo export` remakes it from the fp32 file alone, byte for byte
+    zoo_cli("export", "quick-digits", "--variant", "ort-training", env=built["env"], check=True, timeout=300)
+    assert sha256_file(archive) == variant["sha256"] and _card(built)["variants"]["ort-training"] == variant
+
+
+def test_build_makes_the_federated_variant_with_its_metrics(built):
+    card = _card(built)
+    variant = card["variants"]["federated"]
+    path = built["dir"] / variant["file"]
+    assert sha256_file(path) == variant["sha256"]
+    meta = read_metadata(path)
+    assert meta["zoo.finetuned_from_sha256"] == card["variants"]["fp32"]["sha256"]
+    assert json.loads(meta["zoo.federated"])["rounds"] == 2 == variant["metrics"]["rounds"]
+    metrics = variant["metrics"]
+    assert metrics["accuracy"] > metrics["initial_accuracy"]  # on the rotated digits the fleet adapts to
+    assert 0 < metrics["central_accuracy"] <= 1
+
+
+def test_validate_and_evaluate_measure_every_derived_variant(built):
+    result = zoo_cli("validate", "quick-digits", "--json", env=built["env"], timeout=600)
+    report = json.loads(result.stdout)
+    assert result.returncode == 0, [r for r in report["rows"] if not r["ok"]]
+    checks = {(r["variant"], r["check"]) for r in report["rows"]}
+    assert {("ort-training", "archive"), ("ort-training", "ort-training"), ("ort-training", "accuracy"),
+            ("ort-training", "test_data_set_0"), ("federated", "retrained from fp32"),
+            ("federated", "accuracy")} <= checks
+    rows = json.loads(zoo_cli("evaluate", "quick-digits", "--variant", "ort-training", "--variant", "federated",
+                              "--json", env=built["env"], check=True).stdout)
+    assert [r["delta"] for r in rows] == [0.0, 0.0]
+
+
+def test_export_refuses_a_split_the_fp32_file_was_not_built_with(built, tmp_path):
+    entries = tmp_path / "entries"
+    shutil.copytree(built["dir"].parent, entries)
+    card = entries / "quick-digits" / "card.yaml"
+    data = yaml.safe_load(card.read_text())
+    data["trainable"] = ["head.*"]
+    card.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = (entries / "quick-digits" / "model.ort-training.zip").read_bytes()
+    env = {**built["env"], "ZOO_ENTRIES": str(entries)}
+    result = zoo_cli("export", "quick-digits", "--variant", "ort-training", env=env)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "the card asks for ['head.*']" in result.stderr and "zoo build" in result.stderr
+    assert (entries / "quick-digits" / "model.ort-training.zip").read_bytes() == before
+    assert yaml.safe_load(card.read_text()) == data  # nothing half-written
+    refused = zoo_cli("export", "quick-digits", "--variant", "fp16", env=env)
+    assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr
+
+
+def test_finetune_on_a_shifted_distribution_raises_accuracy(tmp_path, built):
     out = tmp_path / "rot90.onnx"
     result = zoo_cli("finetune", "quick-digits", "--onnx", "--shift", "rot90", "--steps", "300", "--lr", "0.003",
-                     "--output", str(out), "--json", env=env, check=True, timeout=600)
+                     "--output", str(out), "--json", env=built["env"], check=True, timeout=600)
     report = json.loads(result.stdout)
+    assert report["artifacts"] == "published archive model.ort-training.zip"  # what a device downloads
     # digits rotated by 90 degrees: the fetched model is lost on them, fine-tuning on the rotated train split fixes it
     assert report["accuracy_before"] < 0.5
     assert report["accuracy_after"] > report["accuracy_before"] + 0.3
@@ -82,6 +174,8 @@ def test_finetune_on_a_shifted_distribution_raises_accuracy(tmp_path):
     meta = read_metadata(out)
     assert meta["zoo.finetuned_from_sha256"] == report["source_sha256"] and meta["zoo.variant"] == "fp32"
     assert accuracy(out, *[a.numpy() for a in _rot90_test()]) == pytest.approx(report["accuracy_after"])
+    frozen = {n: v for n, v in initializers(built["dir"] / "model.onnx").items() if n.startswith("features.0")}
+    assert frozen and all(np.array_equal(v, initializers(out)[n]) for n, v in frozen.items())
 
 
 def _rot90_test():

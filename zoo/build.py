@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from onnx import numpy_helper
 from zoo import catalog
 from zoo.cards import CARD_FILE, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
+from zoo.derived import DEFAULT_SPECS, is_derived, make_derived
 from zoo.errors import CardError, ZooError
 from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.train.variants import FILES
@@ -64,8 +66,12 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
 
             return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
+    trainable = raw.get("trainable")
+    if trainable and trainable != ["*"]:  # the card's on-device split, recorded in the fp32 file's metadata
+        overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
     command = [*train_command(recipe, architecture, nproc), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    declared = {k: v for k, v in (raw.get("variants") or {}).items() if is_derived(v)}
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out)]
@@ -74,18 +80,57 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         result = subprocess.run(full, cwd=REPO_ROOT, env=env)
         if result.returncode != 0:
             raise ZooError(f"building '{name}' failed: `{shlex.join(command)}` exited {result.returncode} (its output is above)")
-        build_seconds = time.perf_counter() - started
         summary = json.loads((out / "summary.json").read_text())
         _install_files(summary, out, entry_dir)
         _write_test_data(summary, out, entry_dir)
         _write_curve(summary, entry_dir)
-    raw.update(_measured_fields(summary, raw, command_shown or " ".join(command), build_seconds, threads))
+    raw.update(_measured_fields(summary, raw, command_shown or shlex.join(command), threads))
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
+    fp32 = entry_dir / raw["variants"]["fp32"]["file"]
+    for key, spec in declared.items():  # derived from the new fp32 file, in the same environment
+        with _threads(threads):
+            raw["variants"][key] = make_derived(key, spec, fp32, entry_dir, trainable, summary["dataset"], log)
+    raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
     catalog.write_manifest()
     return card_path
+
+
+@contextmanager
+def _threads(threads: int):
+    """OMP_NUM_THREADS for the processes a derived variant starts (federated clients), as for training."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+def export_variant(name: str, key: str, log=print) -> Path:
+    """`zoo export NAME --variant KEY`: remake a derived variant from the entry's fetched fp32 file (no training)
+    and write its card fields. A card without the key gets the default spec (ort-training)."""
+    from zoo.store.fetch import fetch
+
+    card_path, raw = _raw_card(name)
+    spec = (raw.get("variants") or {}).get(key) or DEFAULT_SPECS.get(key)
+    if spec is None:
+        raise ZooError(f"'{name}' has no variant '{key}': declare it in {card_path} (`format: ort-training`, or "
+                       f"`recipe: <federated recipe>`), or export one of: {', '.join(DEFAULT_SPECS)}")
+    if not is_derived(spec):
+        raise ZooError(f"'{key}' is trained with the entry's recipe, not derived from fp32: `zoo build {name}` makes it")
+    card = catalog.get_card(name)
+    fp32 = fetch(name, "fp32", show_progress=False).path
+    raw["variants"][key] = make_derived(key, spec, fp32, card_path.parent, card.trainable, card.dataset.name, log)
+    new = parse_card(raw, str(card_path))
+    atomic_write_text(card_path, dump_card(new))
+    catalog.write_manifest()
+    return card_path.parent / new.variants[key].file
 
 
 def _install_files(summary: dict, out: Path, entry_dir: Path) -> None:
@@ -160,7 +205,7 @@ def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> 
     }
 
 
-def _measured_fields(summary: dict, raw: dict, command: str, seconds: float, threads: int) -> dict:
+def _measured_fields(summary: dict, raw: dict, command: str, threads: int) -> dict:
     from zoo.recipes import load_recipe
 
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
@@ -178,7 +223,7 @@ def _measured_fields(summary: dict, raw: dict, command: str, seconds: float, thr
     return {
         **fields,
         "training": {**(raw.get("training") or {}), "command": command, "seed": summary["seed"],
-                     "threads": threads, "build_time_s": round(seconds, 1),
+                     "threads": threads,
                      "library_versions": summary["library_versions"]},
         "variants": variants,
     }

@@ -51,6 +51,9 @@ class Training(Strict):
 
 
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
+# onnx: one inference model. ort-training: a zip of onnxruntime-training artifacts (training, eval and optimizer
+# models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split.
+Format = Literal["onnx", "ort-training"]
 
 
 class Variant(Strict):
@@ -58,6 +61,10 @@ class Variant(Strict):
     precision: Precision
     quantization: Literal["none", "qat", "ptq", "dynamic"] = "none"
     opset: int
+    format: Format = "onnx"
+    # Weights retrained from the fp32 file by another recipe (e.g. federated-digits); its metrics are measured on
+    # that recipe's evaluation data, and `zoo build`/`zoo export` rerun it.
+    recipe: str | None = None
     sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # None: not built yet
     size: int | None = Field(default=None, ge=0)
     metrics: dict[str, float] = Field(default_factory=dict)
@@ -68,7 +75,15 @@ class Variant(Strict):
     def _built_together(self) -> "Variant":
         if (self.sha256 is None) != (self.size is None):
             raise ValueError("sha256 and size are set together (both measured by `zoo build`) or not at all")
+        if self.format == "ort-training" and (self.precision, self.quantization, self.recipe) != ("fp32", "none", None):
+            raise ValueError("ort-training variants are made from the fp32 file as it is: precision fp32, "
+                             "quantization none, no recipe")
         return self
+
+    @property
+    def derived(self) -> bool:
+        """Made from the built fp32 file without PyTorch (training artifacts, federated retraining)."""
+        return self.format != "onnx" or self.recipe is not None
 
     @property
     def built(self) -> bool:
@@ -88,6 +103,9 @@ class ModelCard(Strict):
     outputs: list[Tensor]
     num_params: int = Field(ge=0)
     primary_metric: str = "accuracy"
+    # Parameter-name globs on-device training may change (the rest frozen): `zoo build` records the matching
+    # initializers in the fp32 file's metadata (zoo.trainable) and the ort-training artifacts follow them.
+    trainable: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     training: Training
     variants: dict[str, Variant]
 
@@ -159,4 +177,6 @@ def dump_card(card: ModelCard) -> str:
     for variant in data["variants"].values():
         if not variant.get("extra_opsets"):
             variant.pop("extra_opsets", None)
+        if variant.get("format") == "onnx":  # the default: cards stay short
+            variant.pop("format")
     return yaml.dump(data, Dumper=_CardDumper, sort_keys=False, allow_unicode=True, width=110)

@@ -92,6 +92,7 @@ def build_manifest(root: Path | None = None) -> list[dict]:
                     "path": f"{name}/{v.file}",
                     "precision": v.precision,
                     "quantization": v.quantization,
+                    "format": v.format,
                     "opset": v.opset,
                     "sha256": v.sha256,
                     "size": v.size,

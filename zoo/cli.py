@@ -151,6 +151,20 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
         out.print(f"built {name}: {path}")
 
 
+@app.command("export")
+def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Derived variant(s) to make: ort-training "
+                                                            "(onnxruntime-training artifacts) or one the card declares "
+                                                            "with `recipe:` (federated retraining).")) -> None:
+    """Make derived variants from an entry's fetched fp32 file (no retraining) and write them into its card."""
+    from zoo.build import export_variant
+
+    for key in variant:
+        path = export_variant(name, key, log=lambda m: err.print(m, markup=False))
+        v = catalog.get_card(name).variants[key]
+        out.print(f"exported {name} {key}: {path} ({_human(v.size)}, sha256 {v.sha256[:12]}…, "
+                  f"accuracy {_metric(v.metrics.get('accuracy'))})")
+
+
 @app.command("import")
 def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Checkpoint folder: config.json + model.safetensors."),
                nproc: int = typer.Option(2, help="Fine-tuning processes."),
@@ -208,7 +222,11 @@ def finetune(name: str,
     else:
         train, test = shifted_split(card.dataset.name, shift, "train"), shifted_split(card.dataset.name, shift, "test")
     fp32 = fetch(name, "fp32", show_progress=not as_json).path
-    result = run_finetune(fp32, train, test, output, steps, lr, batch_size, seed, show_progress=not as_json)
+    # The entry's published training artifacts when it has them (what a device downloads), else made here.
+    published = next((fetch(name, k, show_progress=not as_json).path for k, v in card.variants.items()
+                      if v.format == "ort-training" and v.built), None)
+    result = run_finetune(fp32, train, test, output, steps, lr, batch_size, seed, show_progress=not as_json,
+                          published=published)
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -218,7 +236,7 @@ def finetune(name: str,
     table.add_row("after", _metric(result["accuracy_after"]))
     out.print(table)
     out.print(f"loss {result['first_loss']:.4f} -> {result['final_loss']:.4f}; wrote {output} "
-              f"(sha256 {result['output_sha256'][:16]}…)")
+              f"(sha256 {result['output_sha256'][:16]}…); artifacts: {result['artifacts']}")
 
 
 @app.command()

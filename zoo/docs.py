@@ -119,6 +119,7 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
         lines += ["", "The fp32 weights are also exported at " + ", ".join(extra) + "."]
+    lines += ondevice_section(c)
     lines += ["", "## Get it", "", "```bash"]
     lines += [f"zoo fetch {c.name} --variant {key}" for key in c.variants]
     lines += ["```", "", "## Train it", "", "```bash"]
@@ -147,6 +148,36 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     if images:
         lines += ["", "## Measurements", ""] + images
     return "\n".join(lines) + "\n"
+
+
+def ondevice_section(c) -> list[str]:
+    """What a device may train (the card's split), the published training artifacts and federated variants."""
+    artifacts = {k: v for k, v in c.variants.items() if v.format == "ort-training"}
+    retrained = {k: v for k, v in c.variants.items() if v.recipe is not None}
+    split = "every parameter" if c.trainable == ["*"] else ", ".join(f"`{g}`" for g in c.trainable)
+    lines = ["", "## On-device and federated training", "",
+             f"Trainable on a device: {split} (the rest frozen). The fp32 file records the matching ONNX initializers "
+             "in its metadata (`zoo.trainable`), so a device holding only the file knows what it may change."]
+    for key, v in artifacts.items():
+        m = v.metrics
+        counts = (f": {m['trainable_parameters']:,.0f} trainable and {m['frozen_parameters']:,.0f} frozen parameters"
+                  if "trainable_parameters" in m else "")
+        lines += ["", f"`{key}` is the onnxruntime-training artifacts (training, eval and optimizer models and the "
+                      f"initial checkpoint, AdamW, cross-entropy) made from the fp32 file{counts}, in one zip "
+                      f"(`{v.file}`). Validation trains it for a few steps and checks the exported model against fp32."]
+    for key, v in retrained.items():
+        m = v.metrics
+        lines += ["", f"`{key}` was retrained from the fp32 file by the federated recipe `{v.recipe}` "
+                      f"(`python launchers/federated.py run --recipe {v.recipe}`); its {c.primary_metric} is measured on "
+                      "that recipe's evaluation data" + (f": {_fmt(m.get('initial_accuracy'))} before the first round, "
+                                                         f"{_fmt(m.get(c.primary_metric))} after {m.get('rounds', 0):.0f} "
+                                                         f"rounds, {_fmt(m.get('central_accuracy'))} trained centrally on "
+                                                         "the same data" if "initial_accuracy" in m else "") + "."]
+    image = len(c.inputs[0].shape) == 4  # the built-in shifts (rot90, flip, invert) are for images
+    lines += ["", "```bash", f"zoo finetune {c.name} --onnx " + ("--shift rot90   # or --data your.npz" if image else
+                                                                  "--data your.npz   # x_train, y_train, x_test, y_test")]
+    lines += [f"zoo export {c.name} --variant {k}   # remake it from the fetched fp32 file" for k in [*artifacts, *retrained]]
+    return lines + ["```"]
 
 
 def index_page(entries: dict, latency: dict, validation: dict) -> str:

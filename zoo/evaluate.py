@@ -61,15 +61,18 @@ def latency_ms(path: Path, x: np.ndarray, repeats: int = 20, threads: int = 1) -
 
 
 def evaluate_variant(name: str, variant: str = "fp32", split: str = "test", show_progress: bool = True) -> dict:
-    """Fetch a catalog variant (verified) and measure its accuracy on a split of the card's dataset."""
+    """Fetch a catalog variant (verified) and measure its accuracy on a split of the data its card metric is
+    measured on (the card's dataset; a retraining recipe's data for retrained variants)."""
     from zoo.catalog import get_card
-    from zoo.data import load_dataset
+    from zoo.derived import evaluation_data, inference_model
     from zoo.store.fetch import fetch
 
     card = get_card(name)
     fetched = fetch(name, variant, show_progress=show_progress)
-    data = load_dataset(card.dataset.name).split(split)
-    measured = accuracy(fetched.path, data.x.numpy(), data.y.numpy())
+    spec = card.variants[variant]
+    x, y = evaluation_data(card, spec, split)
+    with inference_model(fetched.path, spec) as model:
+        measured = accuracy(model, x, y)
     claimed = card.metric(variant)
     return {"name": name, "variant": variant, "split": split, "accuracy": measured, "card": claimed,
             "delta": None if claimed is None else measured - claimed, "path": str(fetched.path), "source": fetched.source}

@@ -47,13 +47,18 @@ def client_split(y: np.ndarray, clients: int, alpha: float, seed: int) -> list[n
     return [np.sort(np.array(s, dtype=np.int64)) for s in shards]
 
 
+def fleet_dataset(recipe) -> str:
+    from zoo.models import model_spec
+
+    return recipe.dataset or model_spec(recipe.model).dataset
+
+
 def fleet_data(recipe, split: str):
     """The recipe's dataset split as the fleet sees it (with the recipe's shift, if any)."""
     from zoo.data import load_dataset
-    from zoo.models import model_spec
     from zoo.ondevice import shifted_split
 
-    dataset = recipe.dataset or model_spec(recipe.model).dataset
+    dataset = fleet_dataset(recipe)
     if recipe.federated.shift:
         return shifted_split(dataset, recipe.federated.shift, split)
     part = load_dataset(dataset).split(split)
@@ -154,7 +159,9 @@ class FedAvgServer:
             received = sorted(r.updates)
             if len(received) >= self.cfg.min_clients:
                 total = sum(samples for _, samples in r.updates.values())
-                self.global_params = sum(p * (samples / total) for p, samples in r.updates.values()).astype(np.float32)
+                # Summed in client order, not arrival order: the same updates always give the same bytes.
+                self.global_params = sum(p * (samples / total) for _, (p, samples) in sorted(r.updates.items())
+                                         ).astype(np.float32)
             else:
                 self.log(f"server: round {r.number}: {len(received)} update(s) < min_clients "
                          f"{self.cfg.min_clients}; the global model is kept")

@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import tempfile
+import zipfile
 from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
@@ -27,6 +29,7 @@ from zoo.errors import ZooError
 TRAINABLE_KEY = "zoo.trainable"
 TRAINABLE_GLOBS_KEY = "zoo.trainable.globs"
 ARTIFACT_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
+SPLIT_FILE = "trainable.json"  # the trainable/frozen initializer names, their globs and the source file's sha256
 
 
 def trainable_initializers(onnx_model: onnx.ModelProto, named_params: dict[str, np.ndarray],
@@ -97,14 +100,26 @@ def native_stderr_captured():
             os.close(saved)
 
 
-def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "AdamW") -> dict[str, Path]:
-    """onnxruntime-training artifacts for an fp32 classifier (logits output), written atomically as a folder."""
+def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "AdamW",
+                       trainable_globs: list[str] | None = None) -> dict[str, Path]:
+    """onnxruntime-training artifacts for an fp32 classifier (logits output), written atomically as a folder.
+
+    `trainable_globs` (a card's `trainable`) must be the split the file was exported with: the file's metadata
+    holds the initializer names the globs resolved to, which only the exporter (holding the torch model) knows."""
     from onnxruntime.training import artifacts
+    from onnxruntime.training.onnxblock import _graph_utils
+
+    from zoo.store.pointer import sha256_file
 
     quiet_onnxruntime()
     model = onnx.load(str(fp32_path))
-    if {p.key: p.value for p in model.metadata_props}.get("zoo.variant", "fp32") != "fp32":
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get("zoo.variant", "fp32") != "fp32":
         raise ZooError(f"{fp32_path} is not an fp32 export: on-device training starts from the fp32 variant")
+    recorded = json.loads(props.get(TRAINABLE_GLOBS_KEY, '["*"]'))
+    if trainable_globs is not None and sorted(trainable_globs) != sorted(recorded):
+        raise ZooError(f"{fp32_path} was exported with trainable {recorded}, the card asks for {trainable_globs}: "
+                       "rebuild the entry (`zoo build NAME`) so the fp32 file records the card's split")
     trainable = trainable_of(model)
     frozen = [n for n in float_weights(model) if n not in set(trainable)]
     _expose_layernorm_statistics(model)
@@ -112,11 +127,14 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
+        # Graph names come from a process-wide counter: start it over so one fp32 file always gives the same bytes.
+        _graph_utils._GRAPH_TOKEN = 0
         with native_stderr_captured():
             artifacts.generate_artifacts(model, requires_grad=trainable, frozen_params=frozen,
                                          loss=artifacts.LossType.CrossEntropyLoss,
                                          optimizer=getattr(artifacts.OptimType, lr_optimizer), artifact_directory=tmp)
-        (tmp / "trainable.json").write_text(json.dumps({"trainable": trainable, "frozen": frozen}, indent=2) + "\n")
+        split = {"source_sha256": sha256_file(fp32_path), "globs": recorded, "trainable": trainable, "frozen": frozen}
+        (tmp / SPLIT_FILE).write_text(json.dumps(split, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
@@ -124,6 +142,43 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {name: out_dir / name for name in ARTIFACT_FILES}
+
+
+def pack_artifacts(folder: Path, archive: Path) -> Path:
+    """The artifacts as one zip (one LFS object): fixed order, timestamps and modes, so equal files give equal bytes."""
+    from zoo.store.cache import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
+        for name in (*ARTIFACT_FILES, SPLIT_FILE):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, (Path(folder) / name).read_bytes())
+    atomic_write_bytes(Path(archive), buffer.getvalue())
+    return Path(archive)
+
+
+def unpack_artifacts(archive: Path, dest: Path) -> Path:
+    """An ort-training archive unpacked into `dest` (exactly the expected members, nothing else)."""
+    from zoo.store.fetch import require_content
+
+    try:
+        with zipfile.ZipFile(require_content(Path(archive))) as zf:
+            members = sorted(zf.namelist())
+            if members != sorted((*ARTIFACT_FILES, SPLIT_FILE)):
+                raise ZooError(f"{archive}: not an ort-training archive (members {members[:6]}; expected "
+                               f"{', '.join((*ARTIFACT_FILES, SPLIT_FILE))})")
+            dest = Path(dest)
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in members:
+                (dest / name).write_bytes(zf.read(name))
+    except zipfile.BadZipFile:
+        raise ZooError(f"{archive}: not a zip archive (an ort-training variant is one)") from None
+    return dest
+
+
+def read_split(folder: Path) -> dict:
+    return json.loads((Path(folder) / SPLIT_FILE).read_text())
 
 
 def _expose_layernorm_statistics(model: onnx.ModelProto) -> None:
@@ -202,11 +257,20 @@ class OnnxTrainer:
 
 
 @contextmanager
-def artifacts_for(fp32_path: Path):
-    """Training artifacts for `fp32_path` in a temporary folder."""
+def artifacts_for(fp32_path: Path, published: Path | None = None):
+    """Training artifacts for `fp32_path` in a temporary folder: a published ort-training archive (what a device
+    downloads; it must have been made from this very file), else generated from the file."""
+    from zoo.store.pointer import sha256_file
+
     with tempfile.TemporaryDirectory(prefix="zoo-ort-train-") as tmp:
-        training_artifacts(fp32_path, Path(tmp) / "artifacts")
-        yield Path(tmp) / "artifacts"
+        folder = Path(tmp) / "artifacts"
+        if published is None:
+            training_artifacts(fp32_path, folder)
+        else:
+            unpack_artifacts(published, folder)
+            if read_split(folder)["source_sha256"] != sha256_file(fp32_path):
+                raise ZooError(f"{published} was made from another fp32 file than {fp32_path}: refetch both")
+        yield folder
 
 
 SHIFTS = {
@@ -243,8 +307,9 @@ def load_npz(path: Path) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarra
 
 def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
              out_path: Path, steps: int = 200, lr: float = 1e-3, batch: int = 32, seed: int = 0,
-             show_progress: bool = True) -> dict:
-    """Fine-tune `fp32_path` on `train` with onnxruntime-training alone; export and measure the result on `test`."""
+             show_progress: bool = True, published: Path | None = None) -> dict:
+    """Fine-tune `fp32_path` on `train` with onnxruntime-training alone; export and measure the result on `test`.
+    `published`: the entry's ort-training archive, used instead of generating artifacts."""
     from zoo.evaluate import accuracy
     from zoo.export import read_metadata, write_metadata
     from zoo.store.pointer import sha256_file
@@ -252,7 +317,7 @@ def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[
     x, y = train
     source_sha = sha256_file(fp32_path)
     before = accuracy(fp32_path, test[0], test[1])
-    with artifacts_for(fp32_path) as folder, _progress(show_progress, steps) as advance:
+    with artifacts_for(fp32_path, published) as folder, _progress(show_progress, steps) as advance:
         trainer = OnnxTrainer(folder, lr=lr, seed=seed)
         losses = trainer.train(x.astype(np.float32) if x.dtype.kind == "f" else x, y, steps, batch, advance)
         exported = trainer.export(out_path.with_name(f".{out_path.name}.raw"))
@@ -263,7 +328,8 @@ def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[
     after = accuracy(out_path, test[0], test[1])
     return {"source": str(fp32_path), "source_sha256": source_sha, "output": str(out_path),
             "output_sha256": sha256_file(out_path), "steps": steps, "first_loss": losses[0], "final_loss": losses[-1],
-            "accuracy_before": before, "accuracy_after": after, "trainable": len(trainable_of(onnx.load(str(fp32_path))))}
+            "accuracy_before": before, "accuracy_after": after, "trainable": len(trainable_of(onnx.load(str(fp32_path)))),
+            "artifacts": "generated from the fp32 file" if published is None else f"published archive {Path(published).name}"}
 
 
 @contextmanager

@@ -68,6 +68,7 @@ class Export(Strict):
     variants: list[Literal["fp32", "fp16", "int8-qat", "int8-ptq"]] = ["fp32"]
     opsets: list[int] = [17]
     # Parameter-name globs on-device training may change, recorded in the fp32 file (zoo.trainable); None: all.
+    # `zoo build` sets it from the card's `trainable` (the card is where an entry's split lives).
     trainable: list[str] | None = None
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from onnx import numpy_helper
 from zoo import catalog
 from zoo.cards import ModelCard, load_card
 from zoo.catalog import Entry
+from zoo.derived import evaluation_data
 from zoo.errors import IntegrityError, ObjectNotFoundError
 from zoo.store.fetch import fetch_object
 from zoo.store.pointer import pointer_for, read_pointer
@@ -172,6 +173,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     x, y = split.x.numpy(), split.y.numpy()
     reference_labels = None
     fp32_accuracy = None
+    has_artifacts = any(v.format == "ort-training" for v in built.values())
     for key, variant in built.items():
         path = folder / variant.file
         new = measured_card.variants.get(key)
@@ -183,31 +185,28 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
             actual = pointer_for(path)
             rows.append(Row(entry.name, key, "sha256", (actual.oid, actual.size) == (variant.sha256, variant.size),
                             detail=f"{actual.oid[:12]}… vs card {variant.sha256[:12]}…"))
+        if variant.format == "ort-training":
+            rows += _artifact_rows(entry.name, key, variant, path, folder / built["fp32"].file, test_sets, x, y, scratch)
+            continue
         try:
             onnx.checker.check_model(str(path), full_check=True)
             rows.append(Row(entry.name, key, "onnx.checker", True))
         except Exception as exc:  # noqa: BLE001 - any checker failure is a failed row
             rows.append(Row(entry.name, key, "onnx.checker", False, detail=str(exc)[:200]))
             continue
-        for i, (inputs, expected) in enumerate(test_sets):
-            got = predict(path, inputs)
-            if variant.precision == "int8":
-                agree = float((got.argmax(1) == expected.argmax(1)).mean())
-                rows.append(Row(entry.name, key, f"test_data_set_{i}", agree >= INT8_LABEL_AGREEMENT, agree, 1.0,
-                                detail="label agreement with the fp32 reference outputs"))
-            else:
-                atol = FP16_ATOL if variant.precision == "fp16" else OUTPUT_ATOL
-                diff = float(np.abs(got - expected).max())
-                close = bool(np.allclose(got, expected, rtol=OUTPUT_RTOL, atol=atol))
-                rows.append(Row(entry.name, key, f"test_data_set_{i}", close, diff, 0.0, detail=f"max |diff| (atol {atol})"))
-        logits = predict(path, x)
-        accuracy = float((logits.argmax(1) == y).mean())
-        claimed = card.metric(key)
-        rows.append(Row(entry.name, key, "accuracy", claimed is not None and accuracy >= claimed - variant.tolerance,
-                        accuracy, claimed, detail=f"tolerance {variant.tolerance}"))
+        if variant.recipe is not None:  # retrained weights: the stored reference outputs are fp32's, not its own
+            rows.append(_retrained_from_row(entry.name, key, path, measured_card if source == "rebuilt" else card))
+            x_eval, y_eval = evaluation_data(card, variant)
+        else:
+            rows += _test_set_rows(entry.name, key, variant.precision, path, test_sets)
+            x_eval, y_eval = x, y
+        logits = predict(path, x_eval)
+        accuracy = float((logits.argmax(1) == y_eval).mean())
+        rows.append(_accuracy_row(entry.name, key, accuracy, card.metric(key), variant.tolerance))
         if key == "fp32":
             fp32_accuracy, reference_labels = accuracy, logits.argmax(1)
-            rows.append(_ort_training_row(entry.name, path, x, y, logits, scratch))
+            if not has_artifacts:  # otherwise the ort-training variant's rows cover it
+                rows.append(_ort_training_row(entry.name, key, path, x, y, logits, scratch))
             for opset, file in variant.extra_opsets.items():
                 agree = float((predict(folder / file, x).argmax(1) == reference_labels).mean())
                 rows.append(Row(entry.name, key, f"opset {opset}", agree >= 0.999, agree, 1.0,
@@ -220,15 +219,93 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     return rows
 
 
-def _ort_training_row(name: str, path: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray, scratch: Path) -> Row:
-    """The fp32 file trains on a device: onnxruntime-training artifacts from its `zoo.trainable` split; the model
-    exported before any step predicts like the file, and a few steps lower the loss on a fixed batch."""
+def _accuracy_row(name: str, key: str, accuracy: float, claimed: float | None, tolerance: float) -> Row:
+    return Row(name, key, "accuracy", claimed is not None and accuracy >= claimed - tolerance, accuracy, claimed,
+               detail=f"tolerance {tolerance}")
+
+
+def _test_set_rows(name: str, key: str, precision: str, path: Path, test_sets) -> list[Row]:
     from zoo.evaluate import predict
-    from zoo.ondevice import OnnxTrainer, training_artifacts
+
+    rows = []
+    for i, (inputs, expected) in enumerate(test_sets):
+        got = predict(path, inputs)
+        if precision == "int8":
+            agree = float((got.argmax(1) == expected.argmax(1)).mean())
+            rows.append(Row(name, key, f"test_data_set_{i}", agree >= INT8_LABEL_AGREEMENT, agree, 1.0,
+                            detail="label agreement with the fp32 reference outputs"))
+        else:
+            atol = FP16_ATOL if precision == "fp16" else OUTPUT_ATOL
+            diff = float(np.abs(got - expected).max())
+            close = bool(np.allclose(got, expected, rtol=OUTPUT_RTOL, atol=atol))
+            rows.append(Row(name, key, f"test_data_set_{i}", close, diff, 0.0, detail=f"max |diff| (atol {atol})"))
+    return rows
+
+
+def _retrained_from_row(name: str, key: str, path: Path, card: ModelCard) -> Row:
+    """A retrained variant must come from this entry's fp32 file (its metadata names the sha256 it started from)."""
+    from zoo.export import read_metadata
+
+    origin = read_metadata(path).get("zoo.finetuned_from_sha256")
+    fp32_sha = card.variants["fp32"].sha256
+    return Row(name, key, "retrained from fp32", origin == fp32_sha,
+               detail=f"zoo.finetuned_from_sha256 {str(origin)[:12]}… vs fp32 {fp32_sha[:12]}…")
+
+
+def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, test_sets, x: np.ndarray, y: np.ndarray,
+                   scratch: Path) -> list[Row]:
+    """An ort-training archive: its members and their split, a few training steps, and the inference model its
+    untouched checkpoint exports (reference outputs and accuracy, as for fp32)."""
+    from zoo.evaluate import predict
+    from zoo.ondevice import OnnxTrainer, read_split, trainable_of, unpack_artifacts
+    from zoo.store.pointer import sha256_file
+
+    try:
+        folder = unpack_artifacts(path, scratch / f"{name}-{key}")
+        for model in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
+            proto = onnx.load(str(folder / model))
+            if model != "training_model.onnx":  # gradient ops (MaxPoolGrad, …) are onnxruntime's, unknown to onnx
+                onnx.checker.check_model(proto)
+            if proto.ir_version > 10:
+                raise ValueError(f"{model}: IR version {proto.ir_version} > 10 (onnxruntime-training 1.19 refuses it)")
+        split = read_split(folder)
+        expected = trainable_of(onnx.load(str(fp32)))
+        problems = [p for p, bad in (("made from another fp32 file", split["source_sha256"] != sha256_file(fp32)),
+                                     ("trainable set differs from the fp32 file's zoo.trainable", split["trainable"] != expected))
+                    if bad]
+        rows = [Row(name, key, "archive", not problems, detail="; ".join(problems) or
+                    f"4 artifacts + {len(split['trainable'])} trainable / {len(split['frozen'])} frozen initializers, "
+                    "eval/optimizer models pass onnx.checker, IR <= 10")]
+        untouched = OnnxTrainer(folder, lr=0.0).export(folder / "untouched.onnx")
+    except Exception as exc:  # noqa: BLE001 - an unreadable archive is a failed row
+        return [Row(name, key, "archive", False, detail=str(exc)[:300])]
+    logits = predict(untouched, x)
+    rows += _test_set_rows(name, key, "fp32", untouched, test_sets)
+    rows.append(_accuracy_row(name, key, float((logits.argmax(1) == y).mean()), variant.metrics.get("accuracy"),
+                              variant.tolerance))
+    rows.append(_training_steps_row(name, key, folder, x, y, logits))
+    return rows
+
+
+def _ort_training_row(name: str, key: str, path: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray,
+                      scratch: Path) -> Row:
+    """The fp32 file trains on a device: onnxruntime-training artifacts from its `zoo.trainable` split."""
+    from zoo.ondevice import training_artifacts
 
     try:
         folder = scratch / f"{name}-ort-training"
         training_artifacts(path, folder)
+    except Exception as exc:  # noqa: BLE001 - any failure to build the artifacts is a failed row
+        return Row(name, key, "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
+    return _training_steps_row(name, key, folder, x, y, logits)
+
+
+def _training_steps_row(name: str, key: str, folder: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray) -> Row:
+    """The model exported before any step predicts like the fp32 file, and 10 steps lower the loss on a fixed batch."""
+    from zoo.evaluate import predict
+    from zoo.ondevice import OnnxTrainer
+
+    try:
         trainer = OnnxTrainer(folder, lr=1e-3)
         untouched = float(np.abs(predict(trainer.export(folder / "untouched.onnx"), x[:64]) - logits[:64]).max())
         batch_x, batch_y = x[:32], y[:32]
@@ -236,10 +313,10 @@ def _ort_training_row(name: str, path: Path, x: np.ndarray, y: np.ndarray, logit
         for _ in range(10):
             trainer.step(batch_x, batch_y)
         after = trainer.eval_loss(batch_x, batch_y)
-    except Exception as exc:  # noqa: BLE001 - any failure to build or run the artifacts is a failed row
-        return Row(name, "fp32", "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
+    except Exception as exc:  # noqa: BLE001 - any failure to run the artifacts is a failed row
+        return Row(name, key, "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
     ok = untouched <= OUTPUT_ATOL and after < before
-    return Row(name, "fp32", "ort-training", ok, after, before,
+    return Row(name, key, "ort-training", ok, after, before,
                detail=f"onnxruntime-training: loss {before:.4f} -> {after:.4f} after 10 steps; untouched export "
                       f"max |diff| {untouched:.1e}")
 
