@@ -131,8 +131,9 @@ def mlflow_server(tmp_path):
         try:
             if requests.get(f"{url}/health", timeout=2).ok:
                 break
-        except requests.ConnectionError:
-            time.sleep(1)
+        except requests.RequestException:  # not listening yet, or listening but still starting (slow answer)
+            pass
+        time.sleep(1)
     else:
         os.killpg(proc.pid, 9)
         raise RuntimeError("mlflow server did not answer /health in 240 s")

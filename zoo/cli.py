@@ -63,11 +63,14 @@ def card(name: str) -> None:
         out.print(f"  {i}. {step}")
     for title, tensors in (("Inputs", c.inputs), ("Outputs", c.outputs)):
         out.print(f"[bold]{title}[/bold] " + "; ".join(f"{t.name} {t.dtype}{t.shape}" for t in tensors))
-    table = Table("variant", "precision", "quant", "opset", c.primary_metric, "tolerance", "size", "sha256", title="Variants")
+    table = Table("variant", "format", "precision", "quant", "opset", c.primary_metric, "tolerance", "size", "sha256",
+                  title="Variants")
     for key, v in c.variants.items():
-        table.add_row(key, v.precision, v.quantization, str(v.opset), _metric(v.metrics.get(c.primary_metric)),
+        kind = v.format + (f" (recipe {v.recipe})" if v.recipe else "")
+        table.add_row(key, kind, v.precision, v.quantization, str(v.opset), _metric(v.metrics.get(c.primary_metric)),
                       f"{v.tolerance}", _human(v.size), (v.sha256 or "not built")[:16])
     out.print(table)
+    out.print("[bold]Trainable on a device[/bold] " + ("every parameter" if c.trainable == ["*"] else ", ".join(c.trainable)))
     t = c.training
     out.print(f"[bold]Produced by[/bold] {t.command}" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""))
     if t.library_versions:

@@ -112,10 +112,13 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
              "latency b32 (ms) | size | sha256 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, v in c.variants.items():
         lat = latency.get(key, {})
-        lines.append(f"| {key} | {v.precision} | {v.quantization} | {v.opset} | "
+        label = f"{key} *" if v.recipe else key  # measured on its recipe's data
+        lines.append(f"| {label} | {v.precision} | {v.quantization} | {v.opset} | "
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
                      f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
                      f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` |")
+    if any(v.recipe for v in c.variants.values()):
+        lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
         lines += ["", "The fp32 weights are also exported at " + ", ".join(extra) + "."]
@@ -154,9 +157,10 @@ def ondevice_section(c) -> list[str]:
     """What a device may train (the card's split), the published training artifacts and federated variants."""
     artifacts = {k: v for k, v in c.variants.items() if v.format == "ort-training"}
     retrained = {k: v for k, v in c.variants.items() if v.recipe is not None}
-    split = "every parameter" if c.trainable == ["*"] else ", ".join(f"`{g}`" for g in c.trainable)
+    split = ("every parameter" if c.trainable == ["*"] else
+             ", ".join(f"`{g}`" for g in c.trainable) + " (the rest frozen)")
     lines = ["", "## On-device and federated training", "",
-             f"Trainable on a device: {split} (the rest frozen). The fp32 file records the matching ONNX initializers "
+             f"Trainable on a device: {split}. The fp32 file records the matching ONNX initializers "
              "in its metadata (`zoo.trainable`), so a device holding only the file knows what it may change."]
     for key, v in artifacts.items():
         m = v.metrics
