@@ -19,7 +19,7 @@ from zoo.evaluate import accuracy, predict
 from zoo.export import read_metadata
 from zoo.ondevice import (ARTIFACT_FILES, SPLIT_FILE, TRAINABLE_KEY, OnnxTrainer, finetune, float_weights,
                          training_artifacts)
-from zoo.store.pointer import sha256_file
+from zoo.store.pointer import read_pointer, sha256_file
 
 TINY_BERT = ["--model", "bert", "model_args.num_hidden_layers=2", "model_args.hidden_size=32",
              "model_args.num_attention_heads=2", "model_args.intermediate_size=64"]
@@ -159,6 +159,21 @@ def test_export_refuses_a_split_the_fp32_file_was_not_built_with(built, tmp_path
     assert yaml.safe_load(card.read_text()) == data  # nothing half-written
     refused = zoo_cli("export", "quick-digits", "--variant", "fp16", env=env)
     assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr
+
+
+def test_artifacts_are_published_and_fetched_like_any_variant(built, tmp_path, lfs_server):
+    entries = tmp_path / "entries"
+    shutil.copytree(built["dir"].parent, entries)
+    env = {**built["env"], "ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "publisher")}
+    published = zoo_cli("publish", "quick-digits", "--to", lfs_server.url, env=env, check=True).stdout
+    assert "uploaded model.ort-training.zip" in published and "uploaded model.federated.onnx" in published
+    assert read_pointer(entries / "quick-digits" / "model.ort-training.zip") is not None  # .gitattributes: *.zip
+    device = {**env, "ZOO_HOME": str(tmp_path / "device"), "ZOO_LFS_URL": lfs_server.url}
+    fetched = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "ort-training", "--json", env=device,
+                                 check=True).stdout)
+    card = _card(built)["variants"]["ort-training"]
+    assert fetched["source"] == lfs_server.url and fetched["sha256"] == card["sha256"]
+    assert sha256_file(Path(fetched["path"])) == card["sha256"]
 
 
 def test_finetune_on_a_shifted_distribution_raises_accuracy(tmp_path, built):
