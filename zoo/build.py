@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -88,28 +87,13 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
     fp32 = entry_dir / raw["variants"]["fp32"]["file"]
-    for key, spec in declared.items():  # derived from the new fp32 file, in the same environment
-        with _threads(threads):
-            raw["variants"][key] = make_derived(key, spec, fp32, entry_dir, trainable, summary["dataset"], log)
+    for key, spec in declared.items():  # derived from the new fp32 file, with training's thread count
+        raw["variants"][key] = make_derived(key, spec, fp32, entry_dir, trainable, summary["dataset"], log, env)
     raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
     catalog.write_manifest()
     return card_path
-
-
-@contextmanager
-def _threads(threads: int):
-    """OMP_NUM_THREADS for the processes a derived variant starts (federated clients), as for training."""
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS")
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
 
 
 def export_variant(name: str, key: str, log=print) -> Path:

@@ -64,8 +64,9 @@ def inference_model(path: Path, variant: Variant):
 
 
 def make_derived(key: str, spec: dict, fp32: Path, entry_dir: Path, trainable: list[str] | None, dataset: str,
-                 log=print) -> dict:
-    """Make variant `key` from `fp32` into the entry folder; returns its card fields, measured."""
+                 log=print, env: dict | None = None) -> dict:
+    """Make variant `key` from `fp32` into the entry folder; returns its card fields, measured. `env`: for the
+    processes it starts (federated server and clients)."""
     target = entry_dir / spec["file"]
     spec = {k: v for k, v in spec.items() if k not in ("sha256", "size", "metrics")}  # measured again below
     if spec.get("format", "onnx") == "ort-training":
@@ -73,7 +74,7 @@ def make_derived(key: str, spec: dict, fp32: Path, entry_dir: Path, trainable: l
         measured = _ort_training(fp32, target, trainable, dataset)
     elif spec.get("recipe"):
         log(f"[{entry_dir.name}] {key}: federated retraining with recipe {spec['recipe']}")
-        measured = _federated(fp32, target, spec["recipe"], dataset)
+        measured = _federated(fp32, target, spec["recipe"], dataset, env)
     else:
         raise ZooError(f"variant '{key}' is trained with the entry's recipe, not derived: `zoo build {entry_dir.name}`")
     from zoo.store.pointer import pointer_for
@@ -114,7 +115,7 @@ def _federated_recipe(name: str, dataset: str):
     return recipe
 
 
-def _federated(fp32: Path, target: Path, recipe_name: str, dataset: str) -> dict:
+def _federated(fp32: Path, target: Path, recipe_name: str, dataset: str, env: dict | None) -> dict:
     from zoo.export import read_metadata
     from zoo.store.cache import atomic_copy
 
@@ -123,7 +124,7 @@ def _federated(fp32: Path, target: Path, recipe_name: str, dataset: str) -> dict
         out = Path(tmp) / "run"
         command = [sys.executable, str(REPO_ROOT / "launchers" / "federated.py"), "run", "--recipe", recipe_name,
                    "--onnx", str(fp32), "--output-dir", str(out)]
-        if subprocess.run(command, cwd=REPO_ROOT).returncode != 0:
+        if subprocess.run(command, cwd=REPO_ROOT, env=env).returncode != 0:
             raise ZooError(f"federated run for recipe '{recipe_name}' failed (its output is above)")
         summary = json.loads((out / "federated.json").read_text())
         atomic_copy(out / summary["variant"]["file"], target)

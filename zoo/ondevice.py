@@ -181,6 +181,14 @@ def read_split(folder: Path) -> dict:
     return json.loads((Path(folder) / SPLIT_FILE).read_text())
 
 
+def source_problem(folder: Path, fp32_path: Path) -> str | None:
+    """Why unpacked artifacts do not belong to `fp32_path` (they were made from another file), or None."""
+    from zoo.store.pointer import sha256_file
+
+    made_from = read_split(folder)["source_sha256"]
+    return None if made_from == sha256_file(fp32_path) else f"made from another fp32 file (sha256 {made_from[:12]}…)"
+
+
 def _expose_layernorm_statistics(model: onnx.ModelProto) -> None:
     """LayerNormalization's gradient reads the optional Mean and InvStdDev outputs that inference exports omit
     (onnxruntime's gradient builder fails with `i < node_->OutputDefs().size()`): name them."""
@@ -260,16 +268,14 @@ class OnnxTrainer:
 def artifacts_for(fp32_path: Path, published: Path | None = None):
     """Training artifacts for `fp32_path` in a temporary folder: a published ort-training archive (what a device
     downloads; it must have been made from this very file), else generated from the file."""
-    from zoo.store.pointer import sha256_file
-
     with tempfile.TemporaryDirectory(prefix="zoo-ort-train-") as tmp:
         folder = Path(tmp) / "artifacts"
         if published is None:
             training_artifacts(fp32_path, folder)
         else:
-            unpack_artifacts(published, folder)
-            if read_split(folder)["source_sha256"] != sha256_file(fp32_path):
-                raise ZooError(f"{published} was made from another fp32 file than {fp32_path}: refetch both")
+            problem = source_problem(unpack_artifacts(published, folder), fp32_path)
+            if problem:
+                raise ZooError(f"{published} was {problem}, not {fp32_path}: refetch both")
         yield folder
 
 

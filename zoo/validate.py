@@ -171,7 +171,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
     split = load_dataset(card.dataset.name).test
     x, y = split.x.numpy(), split.y.numpy()
-    reference_labels = None
+    reference_labels = fp32_logits = None
     fp32_accuracy = None
     has_artifacts = any(v.format == "ort-training" for v in built.values())
     for key, variant in built.items():
@@ -186,7 +186,8 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
             rows.append(Row(entry.name, key, "sha256", (actual.oid, actual.size) == (variant.sha256, variant.size),
                             detail=f"{actual.oid[:12]}… vs card {variant.sha256[:12]}…"))
         if variant.format == "ort-training":
-            rows += _artifact_rows(entry.name, key, variant, path, folder / built["fp32"].file, test_sets, x, y, scratch)
+            rows += _artifact_rows(entry.name, key, variant, path, folder / built["fp32"].file, fp32_logits, test_sets,
+                                   x, y, scratch)
             continue
         try:
             onnx.checker.check_model(str(path), full_check=True)
@@ -204,7 +205,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
         accuracy = float((logits.argmax(1) == y_eval).mean())
         rows.append(_accuracy_row(entry.name, key, accuracy, card.metric(key), variant.tolerance))
         if key == "fp32":
-            fp32_accuracy, reference_labels = accuracy, logits.argmax(1)
+            fp32_accuracy, fp32_logits, reference_labels = accuracy, logits, logits.argmax(1)
             if not has_artifacts:  # otherwise the ort-training variant's rows cover it
                 rows.append(_ort_training_row(entry.name, key, path, x, y, logits, scratch))
             for opset, file in variant.extra_opsets.items():
@@ -252,13 +253,12 @@ def _retrained_from_row(name: str, key: str, path: Path, card: ModelCard) -> Row
                detail=f"zoo.finetuned_from_sha256 {str(origin)[:12]}… vs fp32 {fp32_sha[:12]}…")
 
 
-def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, test_sets, x: np.ndarray, y: np.ndarray,
-                   scratch: Path) -> list[Row]:
+def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, fp32_logits: np.ndarray | None, test_sets,
+                   x: np.ndarray, y: np.ndarray, scratch: Path) -> list[Row]:
     """An ort-training archive: its members and their split, a few training steps, and the inference model its
     untouched checkpoint exports (reference outputs and accuracy, as for fp32)."""
     from zoo.evaluate import predict
-    from zoo.ondevice import OnnxTrainer, read_split, trainable_of, unpack_artifacts
-    from zoo.store.pointer import sha256_file
+    from zoo.ondevice import OnnxTrainer, read_split, source_problem, trainable_of, unpack_artifacts
 
     try:
         folder = unpack_artifacts(path, scratch / f"{name}-{key}")
@@ -270,9 +270,9 @@ def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, test_se
                 raise ValueError(f"{model}: IR version {proto.ir_version} > 10 (onnxruntime-training 1.19 refuses it)")
         split = read_split(folder)
         expected = trainable_of(onnx.load(str(fp32)))
-        problems = [p for p, bad in (("made from another fp32 file", split["source_sha256"] != sha256_file(fp32)),
-                                     ("trainable set differs from the fp32 file's zoo.trainable", split["trainable"] != expected))
-                    if bad]
+        problems = [p for p in (source_problem(folder, fp32),
+                                "trainable set differs from the fp32 file's zoo.trainable"
+                                if split["trainable"] != expected else None) if p]
         rows = [Row(name, key, "archive", not problems, detail="; ".join(problems) or
                     f"4 artifacts + {len(split['trainable'])} trainable / {len(split['frozen'])} frozen initializers, "
                     "eval/optimizer models pass onnx.checker, IR <= 10")]
@@ -283,7 +283,8 @@ def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, test_se
     rows += _test_set_rows(name, key, "fp32", untouched, test_sets)
     rows.append(_accuracy_row(name, key, float((logits.argmax(1) == y).mean()), variant.metrics.get("accuracy"),
                               variant.tolerance))
-    rows.append(_training_steps_row(name, key, folder, x, y, logits))
+    reference = fp32_logits if fp32_logits is not None else predict(fp32, x)
+    rows.append(_training_steps_row(name, key, folder, x, y, reference, untouched))
     return rows
 
 
@@ -300,14 +301,17 @@ def _ort_training_row(name: str, key: str, path: Path, x: np.ndarray, y: np.ndar
     return _training_steps_row(name, key, folder, x, y, logits)
 
 
-def _training_steps_row(name: str, key: str, folder: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray) -> Row:
-    """The model exported before any step predicts like the fp32 file, and 10 steps lower the loss on a fixed batch."""
+def _training_steps_row(name: str, key: str, folder: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray,
+                        untouched: Path | None = None) -> Row:
+    """The model exported before any step (`untouched`, when already exported) predicts like the fp32 file's
+    `logits`, and 10 steps lower the loss on a fixed batch."""
     from zoo.evaluate import predict
     from zoo.ondevice import OnnxTrainer
 
     try:
         trainer = OnnxTrainer(folder, lr=1e-3)
-        untouched = float(np.abs(predict(trainer.export(folder / "untouched.onnx"), x[:64]) - logits[:64]).max())
+        untouched = untouched or trainer.export(folder / "untouched.onnx")
+        untouched = float(np.abs(predict(untouched, x[:64]) - logits[:64]).max())
         batch_x, batch_y = x[:32], y[:32]
         before = trainer.eval_loss(batch_x, batch_y)
         for _ in range(10):
