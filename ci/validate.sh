@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CI's validation pipeline: re-measure every variant of every catalog entry against its card.
-# Files come from the configured LFS stores (ZOO_LFS_URL; the Makefile points it at a published store laid
-# beside the checkout when there is one), else each entry is rebuilt from its recipe in a scratch folder.
-# Writes benchmarks/results/validation.{md,json} (the docs show it); exits non-zero on any failed check.
+# Files come from the configured LFS stores (zoo/config.py: ZOO_LFS_URL, lfs.url, the published store laid beside
+# the checkout as ../shared/zoo-lfs, the clone's remote): primaries are fetched, derived variants a store lacks are
+# made from fp32 and must match the card's sha256. An entry no store has is rebuilt from its recipe in a scratch
+# folder when the rebuild fits the budget, else reported as a skip.
+# Writes build/validation/validation.{md,json} (ignored: running the tests never modifies tracked files);
+# `make validation-report` writes the committed benchmarks/results/ copy instead. Non-zero exit on any failed check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -10,7 +13,9 @@ start=$(date +%s)
 # (ZOO_REBUILD_BUDGET=none) rebuilds everything. With a published store nothing is rebuilt at all.
 budget=${ZOO_REBUILD_BUDGET:-300}
 # Entries whose recipe builds in a few minutes are also rebuilt from scratch when a store had them (reproducibility).
-args=(--all --report benchmarks/results/validation.md --reproduce-budget "${ZOO_REPRODUCE_BUDGET:-120}")
+report=${ZOO_VALIDATION_REPORT:-build/validation/validation.md}
+mkdir -p "$(dirname "$report")"
+args=(--all --report "$report" --reproduce-budget "${ZOO_REPRODUCE_BUDGET:-120}")
 [ "$budget" = none ] || args+=(--rebuild-budget "$budget")
 .venv/bin/zoo validate "${args[@]}"
 echo "validation wall time: $(( $(date +%s) - start )) s"

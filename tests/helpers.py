@@ -125,16 +125,22 @@ class LfsServer:
         return matches[0]
 
 
-def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250, card: dict | None = None) -> dict:
-    """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment.
-    `card`: more hand-written card fields (e.g. derived variants to declare)."""
+def quick_recipe(root: Path, steps: int = 250, qat_steps: int = 50) -> Path:
+    """A short copy of the qat-int8 recipe (digits-cnn) at root/quick.yaml."""
     data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
     data.update(name="quick", steps=steps, tracking={"enabled": False})
     data.pop("epochs")
-    data["quantization"]["qat_steps"] = 50
+    data["quantization"]["qat_steps"] = qat_steps
     recipe = root / "quick.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text(yaml.safe_dump(data))
+    return recipe
+
+
+def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250, card: dict | None = None) -> dict:
+    """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment.
+    `card`: more hand-written card fields (e.g. derived variants to declare)."""
+    recipe = quick_recipe(root, steps)
     entries = root / "entries"
     (entries / name).mkdir(parents=True)
     hand_written = {"name": name, "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",

@@ -139,11 +139,16 @@ def test_missing_everywhere_lists_what_was_tried(zoo_env, lfs_server):
     folder = write_entry(zoo_env["entries"], "tiny")
     (folder / "model.onnx").unlink()
     env = {**_fresh_cache(zoo_env, "h"), "ZOO_LFS_URL": lfs_server.url}
-    result = zoo_cli("fetch", "tiny", env=env)
+    unreachable = "http://127.0.0.1:9/zoo.git/info/lfs"  # the discard port: nothing listens there
+    result = zoo_cli("fetch", "tiny", env={**env, "ZOO_LFS_URL": f"{unreachable} {lfs_server.url}"})
     assert result.returncode == 1
-    message = " ".join(result.stderr.split())
-    for part in ("was not found", "checkout", "absent", "cache", f"remote {lfs_server.url}: not there", "zoo build tiny"):
-        assert part in message
+    lines = result.stderr.strip().splitlines()
+    assert "is in no store. Tried:" in lines[0]
+    # one short line per store, no wrapped library exceptions, then how to add a mirror and how to build it
+    assert lines[1].strip() == f"{unreachable}: unreachable (cannot connect, 4 attempts)"
+    assert lines[2].strip() == f"{lfs_server.url}: not there"
+    assert lines[3].startswith("Add a mirror: ZOO_LFS_URL=") and "`zoo build tiny`" in lines[4]
+    assert len(lines) == 5 and "Traceback" not in result.stderr and "HTTPConnectionPool" not in result.stderr
     assert _objects(zoo_env["tmp"] / "h") == []
 
 
@@ -170,7 +175,7 @@ def test_server_error_after_retries(zoo_env):
     finally:
         httpd.shutdown()
     assert result.returncode == 1
-    assert "failed after 4 attempts (HTTP 503)" in result.stderr
+    assert f"{url}: unreachable (HTTP 503, 4 attempts)" in result.stderr
     assert _AlwaysFailing.calls == 4
     assert _objects(zoo_env["tmp"] / "h") == []
 
@@ -183,3 +188,27 @@ def test_remotes_tried_in_order(zoo_env, lfs_server, tmp_path):
     env = {**_fresh_cache(zoo_env, "h"), "ZOO_LFS_URL": f"{empty_bare} {lfs_server.url}"}
     result = json.loads(zoo_cli("fetch", "tiny", "--json", env=env, check=True).stdout)
     assert result["source"] == lfs_server.url
+
+
+def test_store_order_without_configuration(tmp_path):
+    """ZOO_LFS_URL unset: git's lfs.url, then the store laid beside the checkout, then the clone's remote endpoint;
+    `.lfsconfig` names no made-up host."""
+    assert "url" not in (REPO / ".lfsconfig").read_text().split("[lfs]")[1]
+    clone = tmp_path / "work" / "zoo"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    shared = tmp_path / "work" / "shared" / "zoo-lfs"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(shared)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "ZOO_LFS_URL"}
+    env["PYTHONPATH"] = str(clone)
+    probe = [sys.executable, "-c", "import json; from zoo.config import lfs_remote_urls; print(json.dumps(lfs_remote_urls()))"]
+
+    def urls() -> list[str]:
+        return json.loads(subprocess.run(probe, cwd=clone, env=env, capture_output=True, text=True, check=True).stdout)
+
+    assert urls() == [str(shared), str(REPO)]
+    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", "git@example.org:team/zoo.git"], check=True)
+    subprocess.run(["git", "-C", str(clone), "config", "lfs.url", "https://mirror.example.org/zoo.git/info/lfs"], check=True)
+    assert urls() == ["https://mirror.example.org/zoo.git/info/lfs", str(shared),
+                      "https://example.org/team/zoo.git/info/lfs"]
+    env["ZOO_LFS_URL"] = "/srv/a.git, /srv/b.git"
+    assert urls() == ["/srv/a.git", "/srv/b.git"]

@@ -1,4 +1,5 @@
-"""`zoo validate` passes a good entry and fails, on the right row, each way an entry can go wrong."""
+"""`zoo validate` passes a good entry and fails, on the right row, each way an entry can go wrong; a store holding
+only the primaries serves every variant (derived ones made from fp32 and checked against the card)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,23 @@ import pytest
 import yaml
 
 from tests.helpers import quick_digits_entry, zoo_cli
+from zoo.cards import load_card
 from zoo.store.pointer import read_pointer
+
+ARTIFACTS = {"ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "format": "ort-training", "opset": 17}}
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """A built entry, published to a bare-repo LFS store (checkout left with pointers)."""
+    """A built entry, its primaries published to a bare-repo LFS store (checkout left with pointers)."""
     root = tmp_path_factory.mktemp("validate")
-    env = quick_digits_entry(root)
+    env = quick_digits_entry(root, card={"variants": ARTIFACTS})
     store = root / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(store)], check=True)
-    zoo_cli("publish", "quick-digits", "--to", str(store), env=env, check=True)
+    out = zoo_cli("publish", "--all", "--to", str(store), env=env, check=True).stdout
+    assert "model.int8-qat.onnx" in out and "model.int8-ptq.onnx" not in out, out  # primaries only
+    size = sum(p.stat().st_size for p in (store / "lfs" / "objects").rglob("*") if p.is_file())
+    assert f"{size:,} bytes" in out, out
     return root, env, store
 
 
@@ -49,7 +56,66 @@ def test_good_entry_passes_with_report(published, tmp_path):
     # the fp32 file trains with onnxruntime-training (artifacts from its zoo.trainable split)
     ort = next(r for r in rows if r["check"] == "ort-training")
     assert ort["ok"] and ort["measured"] < ort["card"], ort
-    assert "checks passed, 0 failed" in report.read_text()
+    # the store holds primaries only: every derived file was made from fp32 with the card's bytes, nothing skipped
+    derived = {(r["variant"], r["detail"].split(" ")[0]) for r in rows if r["check"] == "derived"}
+    assert derived == {("int8-ptq", "model.int8-ptq.onnx"), ("fp16", "model.fp16.onnx"),
+                       ("ort-training", "model.ort-training.zip"), ("fp32", "model.opset13.onnx")}, derived
+    assert all(r["ok"] and "equals the card" in r["detail"] for r in rows if r["check"] == "derived")
+    assert not any(r["verdict"] == "skip" for r in rows)
+    assert "checks passed, 0 failed, 0 skipped" in report.read_text()
+
+
+def test_fetch_derives_what_the_store_lacks(published, tmp_path):
+    env, entry = _copy(published, tmp_path)
+    card = load_card(tmp_path / "entries" / "quick-digits" / "card.yaml")
+    for key in ("int8-ptq", "fp16", "ort-training"):
+        got = json.loads(zoo_cli("fetch", "quick-digits", "--variant", key, "--json", env=env, check=True).stdout)
+        assert got["source"] == "derived from fp32" and got["sha256"] == card.variants[key].sha256, got
+    again = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "fp16", "--json", env=env, check=True).stdout)
+    assert again["source"] == "cache"  # cached like a download
+    listed = json.loads(zoo_cli("fetch", "quick-digits", "--opset", "13", "--json", env=env, check=True).stdout)
+    assert listed["source"] == "derived from fp32"
+    assert listed["sha256"] == read_pointer(tmp_path / "entries" / "quick-digits" / "model.opset13.onnx").oid
+    low = card.variants["fp32"].opset_range[0]
+    other = json.loads(zoo_cli("fetch", "quick-digits", "--opset", str(low), "--json", env=env, check=True).stdout)
+    assert other["source"].startswith("derived from fp32 (same predictions on 100.00% of 360")
+    import onnx
+
+    assert next(o.version for o in onnx.load(other["path"]).opset_import if o.domain in ("", "ai.onnx")) == low
+    outside = zoo_cli("fetch", "quick-digits", "--opset", "21", env=env)
+    assert outside.returncode == 1 and "is outside it" in outside.stderr
+
+
+def test_derived_file_with_other_bytes_is_refused_and_not_cached(published, tmp_path):
+    env, entry = _copy(published, tmp_path)
+    card_path = tmp_path / "entries" / "quick-digits" / "card.yaml"
+    card = yaml.safe_load(card_path.read_text())
+    card["variants"]["fp16"]["sha256"] = "0" * 64
+    card_path.write_text(yaml.safe_dump(card, sort_keys=False))
+    result = zoo_cli("fetch", "quick-digits", "--variant", "fp16", env=env)
+    assert result.returncode == 1 and "nothing was cached" in result.stderr and "Traceback" not in result.stderr
+    home = tmp_path / "home"
+    cached = [p.name for p in (home / "objects").rglob("*") if p.is_file()]
+    assert "0" * 64 not in cached and len(cached) == 1  # only the verified fp32 download
+    assert not [p for p in home.iterdir() if p.name.startswith("zoo-derive-")]
+
+
+def test_check_store_lists_missing_and_corrupt(published, tmp_path):
+    env, _ = _copy(published, tmp_path)
+    store = tmp_path / "store.git"
+    ok = zoo_cli("check-store", str(store), "--json", env=env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["problems"] == []
+    with_derived = zoo_cli("check-store", str(store), "--derived", "--json", env=env)
+    assert with_derived.returncode == 1
+    missing = {p["label"] for p in json.loads(with_derived.stdout)["problems"] if p["status"] == "missing"}
+    assert missing == {"int8-ptq", "fp16", "ort-training", "fp32 opset 13"}
+    oid = read_pointer(tmp_path / "entries" / "quick-digits" / "model.onnx").oid
+    stored = store / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+    stored.chmod(0o644)
+    stored.write_bytes(stored.read_bytes()[:-1] + b"x")
+    corrupt = zoo_cli("check-store", str(store), "--json", env=env)
+    assert corrupt.returncode == 1
+    assert [(p["label"], p["status"]) for p in json.loads(corrupt.stdout)["problems"]] == [("fp32", "corrupt")]
 
 
 def test_tampered_weight_fails(published, tmp_path):
@@ -109,13 +175,23 @@ def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     rows = json.loads(rebuilt.stdout)["rows"]
     assert any(r["check"] == "obtain" and "rebuilt" in r["detail"] for r in rows)
-    assert {r["variant"] for r in rows if r["check"] == "accuracy"} == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    assert {r["variant"] for r in rows if r["check"] == "accuracy"} == {"fp32", "int8-qat", "int8-ptq", "fp16",
+                                                                         "ort-training"}
 
 
-def test_reproduce_rebuilds_cheap_entries_from_scratch(published, tmp_path):
+def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
+    """`zoo reproduce` (and validation's reproduce rows): the card's commit rebuilt in a temporary worktree gives
+    every file's sha256, full, and the same bytes on the same machine."""
     env, _ = _copy(published, tmp_path)
     result = zoo_cli("validate", "--json", "--reproduce-budget", "100000", env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [r for r in json.loads(result.stdout)["rows"] if r["check"] == "reproduce"]
-    assert {r["variant"] for r in rows} == {"fp32", "int8-qat", "int8-ptq", "fp16"}
-    assert all("sha256 reproduced" in r["detail"] for r in rows)  # same machine, same threads: same bytes
+    assert {r["variant"] for r in rows} == {"fp32", "int8-qat", "int8-ptq", "fp16", "ort-training", "*"}
+    assert all(r["ok"] and "sha256 reproduced" in r["detail"] for r in rows), rows  # same machine and threads
+    card = load_card(tmp_path / "entries" / "quick-digits" / "card.yaml")
+    assert any(card.variants["int8-qat"].sha256 in r["detail"] for r in rows)  # printed in full
+    worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True).stdout
+    assert "zoo-reproduce" not in worktrees  # the temporary worktree is gone
+    cli = zoo_cli("reproduce", "quick-digits", env=env, timeout=900)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert f"card    {card.variants['fp32'].sha256}" in cli.stdout and f"rebuilt {card.variants['fp32'].sha256}" in cli.stdout

@@ -24,8 +24,10 @@ from onnx import numpy_helper
 from zoo import catalog
 from zoo.cards import CARD_FILE, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
-from zoo.derived import DEFAULT_SPECS, is_derived, make_derived
+from zoo.derived import DEFAULT_SPECS, Origin, is_derived, make_derived, opset_range
 from zoo.errors import CardError, ZooError
+from zoo.provenance import COMMIT_ENV, cpu_info, require_clean
+from zoo.recipes import load_recipe
 from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.train.variants import FILES
 
@@ -50,9 +52,19 @@ def _raw_card(name: str) -> tuple[Path, dict]:
         raise CardError(f"{path}: not valid YAML ({exc})") from None
 
 
+def build_paths(names: list[str]) -> list[Path]:
+    """What building `names` writes in the checkout: their entry folders and the generated catalog files."""
+    return [entries_dir() / n for n in names] + [catalog.manifest_path(), catalog.README]
+
+
 def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tuple[str, ...] = (),
-          variant_metrics: dict[str, float] | None = None, command_shown: str | None = None) -> Path:
-    """Train, export, measure and write the card. `overrides` are recipe key=value pairs (zoo import uses init_from)."""
+          variant_metrics: dict[str, float] | None = None, command_shown: str | None = None,
+          allow_dirty: bool = False, writes: list[str] | None = None) -> Path:
+    """Train, export, measure and write the card. `overrides` are recipe key=value pairs (zoo import uses init_from).
+
+    The tree must be clean apart from what this run writes (`writes`: the entries of one `zoo build` command):
+    the recorded commit is stamped into every file, so building that commit again gives the same bytes."""
+    commit, reproducible = require_clean(build_paths(writes or [name]), allow_dirty)
     card_path, raw = _raw_card(name)
     entry_dir = card_path.parent
     training = raw.get("training") or {}
@@ -63,13 +75,14 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         if training.get("import_source"):
             from zoo.importer import import_entry, resolve_source
 
-            return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log)
+            return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log,
+                                allow_dirty=allow_dirty, writes=writes)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
     trainable = raw.get("trainable")
     if trainable and trainable != ["*"]:  # the card's on-device split, recorded in the fp32 file's metadata
         overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
     command = [*train_command(recipe, architecture, nproc), *overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), COMMIT_ENV: commit}
     declared = {k: v for k, v in (raw.get("variants") or {}).items() if is_derived(v)}
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
@@ -84,9 +97,14 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         _write_test_data(summary, out, entry_dir)
         _write_curve(summary, entry_dir)
     raw.update(_measured_fields(summary, raw, command_shown or shlex.join(command), threads))
+    raw["training"].update(git_commit=commit, reproducible=reproducible, cpu=cpu_info())
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
     fp32 = entry_dir / raw["variants"]["fp32"]["file"]
+    origin = Origin(architecture, recipe, summary["dataset"], trainable)
+    log(f"[{name}] measuring the opsets the family exports these weights at")
+    raw["variants"]["fp32"]["opset_range"] = list(opset_range(fp32, origin, raw["variants"]["fp32"]["opset"],
+                                                             load_recipe(recipe, model=architecture).model_args))
     for key, spec in declared.items():  # derived from the new fp32 file, with training's thread count
         raw["variants"][key] = make_derived(key, spec, fp32, entry_dir, trainable, summary["dataset"], log, env)
     raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
@@ -151,8 +169,6 @@ def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:
 def describe(name: str) -> Path:
     """Write a card's static fields (dataset facts, parameter count, inputs/outputs, planned variants) without
     training: for entries whose weights are built elsewhere (a GPU cluster) or imported."""
-    from zoo.recipes import load_recipe
-
     card_path, raw = _raw_card(name)
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     raw.update(_static_fields(recipe.model, recipe.model_args, recipe.dataset))
@@ -190,8 +206,6 @@ def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> 
 
 
 def _measured_fields(summary: dict, raw: dict, command: str, threads: int) -> dict:
-    from zoo.recipes import load_recipe
-
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     variants = {}
     for key, v in summary["variants"].items():

@@ -38,6 +38,11 @@ class Tensor(Strict):
     labels: list[str] | None = None  # class names, for classifier outputs
 
 
+class Cpu(Strict):
+    model: str  # /proc/cpuinfo "model name"
+    flags: list[str]  # the ISA flags that change numerics (zoo.provenance.NUMERIC_FLAGS) this CPU has
+
+
 class Training(Strict):
     recipe: str | None = None  # recipes/<name>.yaml
     command: str  # the exact command that produced the weights
@@ -48,6 +53,11 @@ class Training(Strict):
     imported_from: str | None = None  # upstream checkpoint, for imported entries
     # Where `zoo build` finds that checkpoint again: "python-package:<module>/<folder>" (an installed package).
     import_source: str | None = None
+    # The clean commit the build ran from (stamped into every file as zoo.git_commit): `zoo reproduce` rebuilds it.
+    git_commit: str | None = None
+    cpu: Cpu | None = None  # the CPU the build ran on
+    # False: built with --allow-dirty from uncommitted changes, so no commit reproduces these bytes.
+    reproducible: bool | None = None
 
 
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
@@ -70,24 +80,40 @@ class Variant(Strict):
     metrics: dict[str, float] = Field(default_factory=dict)
     tolerance: float = 0.01  # allowed absolute drop of the primary metric when re-measured
     extra_opsets: dict[int, str] = Field(default_factory=dict)  # opset -> file, same weights exported again
+    # fp32: the opsets the family exports these weights at with fp32's predictions (measured by `zoo build`):
+    # `zoo fetch NAME --opset N` serves any of them.
+    opset_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
 
     @model_validator(mode="after")
     def _built_together(self) -> "Variant":
         if (self.sha256 is None) != (self.size is None):
             raise ValueError("sha256 and size are set together (both measured by `zoo build`) or not at all")
+        if self.opset_range is not None and not self.opset_range[0] <= self.opset <= self.opset_range[1]:
+            raise ValueError(f"opset_range {self.opset_range} does not contain the file's opset {self.opset}")
         if self.format == "ort-training" and (self.precision, self.quantization, self.recipe) != ("fp32", "none", None):
             raise ValueError("ort-training variants are made from the fp32 file as it is: precision fp32, "
                              "quantization none, no recipe")
         return self
 
     @property
-    def derived(self) -> bool:
-        """Made from the built fp32 file without PyTorch (training artifacts, federated retraining)."""
-        return self.format != "onnx" or self.recipe is not None
-
-    @property
     def built(self) -> bool:
         return self.sha256 is not None
+
+
+# ONNX variants onnxruntime's tools make from the fp32 file (key -> how), see zoo.derived.
+FROM_FP32 = {"int8-ptq": "onnxruntime quantize_static", "fp16": "fp16 conversion"}
+
+
+def from_fp32(key: str, spec: "dict | Variant") -> bool:
+    """A deterministic function of the fp32 file (int8-ptq, fp16, ort-training; other opsets too): `zoo fetch`
+    makes it when no store has it, and checks the card's sha256."""
+    fmt = spec.format if isinstance(spec, Variant) else spec.get("format", "onnx")
+    return key in FROM_FP32 or fmt == "ort-training"
+
+
+def is_primary(key: str, spec: "dict | Variant") -> bool:
+    """Needs training (fp32, int8-qat) or a retraining run (`recipe:`): a store must hold it."""
+    return not from_fp32(key, spec)
 
 
 class ModelCard(Strict):

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
-from zoo.config import entries_dir
+from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, is_primary, load_card
+from zoo.config import REPO_ROOT, entries_dir
 from zoo.errors import UnknownModelError, ZooError
 
 MANIFEST_FILE = "MANIFEST.json"
+# The README's catalog table (primaries' bytes per entry) sits between these markers; `zoo manifest` rewrites it.
+README = REPO_ROOT / "README.md"
+README_BEGIN, README_END = "<!-- catalog-sizes:begin (zoo manifest writes this table) -->", "<!-- catalog-sizes:end -->"
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,67 @@ def manifest_path(root: Path | None = None) -> Path:
 
 
 def write_manifest(root: Path | None = None) -> Path:
-    """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`)."""
+    """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`), and for the project's
+    own catalog the README's size table."""
     from zoo.store.cache import atomic_write_text
 
     reload()
     path = manifest_path(root)
     atomic_write_text(path, manifest_text(root))
+    if path.parent.resolve() == (REPO_ROOT / "zoo" / "entries").resolve() and README.exists():
+        atomic_write_text(README, readme_text(README.read_text(), root))
     return path
+
+
+def store_objects(entry: Entry, derived: bool = False) -> list[tuple[str, Path]]:
+    """(label, checkout path) of the LFS objects a store holds for an entry: its primaries and test data, and with
+    `derived` the files `zoo fetch` can make from fp32 (int8-ptq, fp16, ort-training, other opsets)."""
+    objects = []
+    for key, variant in entry.card.variants.items():
+        if variant.built and (derived or is_primary(key, variant)):
+            objects.append((key, entry.variant_path(key)))
+            if derived:
+                objects += [(f"{key} opset {o}", check_inside(entry.dir, f, f"{entry.dir}/card.yaml"))
+                            for o, f in variant.extra_opsets.items()]
+    if any(v.built for v in entry.card.variants.values()):
+        objects += [(f"test data {p.parent.name}/{p.name}", p) for p in sorted(entry.dir.glob("test_data_set_*/*.pb"))]
+    return objects
+
+
+def primary_bytes(entry: Entry) -> int:
+    """Bytes of what the store must hold for an entry (primaries + test data), from the cards and pointers."""
+    from zoo.store.pointer import pointer_for, read_pointer
+
+    total = 0
+    for key, path in store_objects(entry):
+        if key in entry.card.variants:
+            total += entry.card.variants[key].size or 0
+        elif path.exists():
+            total += (read_pointer(path) or pointer_for(path)).size
+    return total
+
+
+def readme_table(root: Path | None = None) -> str:
+    rows = ["| entry | primaries (published) | bytes | derived on fetch |", "| --- | --- | ---: | --- |"]
+    total = 0
+    for name, entry in entries(root).items():
+        built = {k: v for k, v in entry.card.variants.items() if v.built}
+        if not built:
+            rows.append(f"| {name} | not built | - | - |")
+            continue
+        size = primary_bytes(entry)
+        total += size
+        primaries = [k for k, v in built.items() if is_primary(k, v)] + ["test data"]
+        derived = [k for k, v in built.items() if not is_primary(k, v)]
+        derived += [f"opset {o}" for v in built.values() for o in v.extra_opsets]
+        rows.append(f"| {name} | {', '.join(primaries)} | {size:,} | {', '.join(derived) or '-'} |")
+    rows.append(f"| **catalog** | | **{total:,}** ({total / 2**20:.1f} MiB) | |")
+    return "\n".join(rows)
+
+
+def readme_text(text: str, root: Path | None = None) -> str:
+    if README_BEGIN not in text or README_END not in text:
+        return text
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{readme_table(root)}\n{README_END}{tail}"

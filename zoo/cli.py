@@ -96,27 +96,70 @@ def fetch(
     dest: Optional[Path] = typer.Option(None, help="Also copy the file into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     limit_rate: Optional[float] = typer.Option(None, help="Cap the download rate (bytes per second)."),
+    opset: Optional[int] = typer.Option(None, help="The fp32 weights at this opset (any in the card's opset_range; "
+                                        "re-exported from fp32 when no store has it)."),
 ) -> None:
-    """Get a model's weights, verified by sha256: checkout, cache, then the configured LFS remotes."""
+    """Get a model's weights, verified by sha256: checkout, cache, the configured LFS stores; derived variants
+    (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked."""
     from zoo.store.fetch import fetch as fetch_variant
 
-    result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty())
+    result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
+                           opset=opset)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
     card = catalog.get_card(name)
     print(result.path)
-    print(f"  size {result.size:,} bytes  sha256 {result.sha256}  from {result.source}")
+    print(f"  size {result.size:,} bytes  sha256 {result.sha256}  source: {result.source}")
     print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured for the card)")
 
 
 @app.command()
-def publish(name: str, to: str = typer.Option(..., help="LFS Batch API URL or bare repo path.")) -> None:
-    """Upload an entry's built files to an LFS remote and replace them with pointers in the checkout."""
-    from zoo.store.publish import publish as publish_entry
+def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
+            all_entries: bool = typer.Option(False, "--all", help="Every built entry."),
+            to: str = typer.Option(..., help="LFS Batch API URL or bare repo path."),
+            derived: bool = typer.Option(False, "--derived", help="Also the variants `zoo fetch` can make from fp32 "
+                                         "(int8-ptq, fp16, ort-training, other opsets).")) -> None:
+    """Upload entries' built files (primaries: fp32, int8-qat, retrained; test data) to an LFS store and replace
+    them with pointers in the checkout; prints the store's total size."""
+    from zoo.store.publish import publish as publish_entry, store_size
 
-    for p in publish_entry(name, to):
-        out.print(f"{'uploaded' if p.uploaded else 'present '} {p.path.name} {p.sha256[:12]}… {_human(p.size)}")
+    targets = catalog.list_models() if all_entries else (names or [])
+    if not targets:
+        raise ZooError("name an entry to publish, or pass --all")
+    for name in targets:
+        for p in publish_entry(name, to, derived=derived):
+            out.print(f"{'uploaded' if p.uploaded else 'present '} {name}/{p.path.relative_to(catalog.get_entry(name).dir)} "
+                      f"{p.sha256[:12]}… {_human(p.size)}")
+    size = store_size(to)
+    out.print(f"store {to}: " + (f"{size:,} bytes ({size / 2**20:.1f} MiB) in all" if size is not None else
+                                 "total size unknown (an HTTP store does not list its objects)"))
+
+
+@app.command("check-store")
+def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bare repo (default: the configured stores)."),
+                derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the card objects a store is missing or holds corrupt (every byte is hashed); non-zero exit if any."""
+    from zoo.config import lfs_remote_urls
+    from zoo.store.publish import check_store as run_check
+
+    stores = [store] if store else lfs_remote_urls()
+    if not stores:
+        raise ZooError("no store configured: name one, or set ZOO_LFS_URL")
+    bad = 0
+    for url in stores:
+        problems, total = run_check(url, derived=derived)
+        bad += len(problems)
+        if as_json:
+            print(json.dumps({"store": url, "objects": total, "problems": [p.__dict__ for p in problems]}, indent=2))
+            continue
+        out.print(f"{url}: {total} card objects, {len(problems)} missing or corrupt")
+        for p in problems:
+            out.print(f"  {p.status:8} {p.entry} {p.label} ({p.path}) sha256 {p.sha256}")
+    if bad:
+        raise ZooError(f"{bad} card object(s) missing or corrupt in the store(s): publish them with "
+                       "`zoo publish NAME --to STORE` from a build of the card's commit")
 
 
 @app.command()
@@ -137,8 +180,10 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
           nproc: int = typer.Option(2, help="Training processes (torchrun --nproc_per_node)."),
           threads: int = typer.Option(1, help="Threads per process (fixed for reproducible bytes)."),
           no_train: bool = typer.Option(False, "--no-train", help="Only write the card's static fields "
-                                        "(dataset, parameter count, inputs/outputs, planned variants).")) -> None:
-    """Run entries' recipes end to end and write their cards' measured fields."""
+                                        "(dataset, parameter count, inputs/outputs, planned variants)."),
+          allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted changes "
+                                           "(recorded on the card as not reproducible).")) -> None:
+    """Run entries' recipes end to end and write their cards' measured fields (from a clean, committed tree)."""
     from zoo.build import build as build_entry, describe
 
     targets = catalog.list_models() if all_entries else (names or [])
@@ -150,8 +195,31 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
         if no_train:
             out.print(f"described {name}: {describe(name)}")
             continue
-        path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False))
+        path = build_entry(name, nproc=nproc, threads=threads, log=lambda m: err.print(m, markup=False),
+                           allow_dirty=allow_dirty, writes=targets)
         out.print(f"built {name}: {path}")
+
+
+@app.command()
+def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Rebuild an entry at its card's recorded commit (temporary git worktree) and compare every file's sha256."""
+    from zoo.reproduce import reproduce as run_reproduce
+
+    r = run_reproduce(catalog.get_entry(name), log=lambda m: err.print(m, markup=False))
+    if as_json:
+        print(json.dumps({"entry": r.entry, "commit": r.commit, "identical": r.identical, "comparable": r.comparable,
+                          "differences": r.differences,
+                          "files": [{**f.__dict__, "same": f.same} for f in r.files]}, indent=2))
+    else:
+        out.print(f"{name} at commit {r.commit}:")
+        for f in r.files:
+            out.print(f"  {'same     ' if f.same else 'DIFFERENT'} {f.file}\n    card    {f.card_sha256}\n"
+                      f"    rebuilt {f.rebuilt_sha256 or '(not produced)'}")
+        if r.differences:
+            out.print("this machine differs from the card's build: " + "; ".join(r.differences))
+    if not r.identical:
+        raise ZooError(f"{sum(not f.same for f in r.files)} of {len(r.files)} file(s) of '{name}' did not reproduce"
+                       + ("" if r.comparable else " (expected: " + "; ".join(r.differences) + ")"))
 
 
 @app.command("export")
@@ -171,11 +239,13 @@ def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Derived v
 @app.command("import")
 def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Checkpoint folder: config.json + model.safetensors."),
                nproc: int = typer.Option(2, help="Fine-tuning processes."),
-               threads: int = typer.Option(1, help="Threads per process.")) -> None:
+               threads: int = typer.Option(1, help="Threads per process."),
+               allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted "
+                                                "changes (recorded as not reproducible).")) -> None:
     """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
     from zoo.importer import import_entry
 
-    path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False))
+    path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False), allow_dirty=allow_dirty)
     out.print(f"imported {name}: {path}")
 
 

@@ -1,7 +1,9 @@
-"""Where the zoo keeps things and which LFS remotes it talks to.
+"""Where the zoo keeps things and which LFS stores it talks to.
 
-Everything is configuration, never hard-coded: ZOO_HOME (cache, tracking store, locks) and the LFS
-remotes, taken from ZOO_LFS_URL, else git's `lfs.url`, else the checkout's `.lfsconfig`.
+Everything is configuration, never hard-coded: ZOO_HOME (cache, tracking store, locks) and the LFS stores, tried
+in this order: ZOO_LFS_URL (when set, only it); git's `lfs.url` (git config, then the checkout's `.lfsconfig`);
+the published store laid beside the checkout (`../shared/zoo-lfs`); then the LFS endpoint of the remote the
+checkout was cloned from, resolved as git-lfs resolves it.
 """
 
 from __future__ import annotations
@@ -41,17 +43,56 @@ def _git_config(*args: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+# The maintainers lay the zoo's published store (a bare repository in git-lfs's layout) beside the checkout.
+SHARED_STORE = Path("..") / "shared" / "zoo-lfs"
+
+
 def lfs_remote_urls() -> list[str]:
-    """LFS endpoints to try, in order. ZOO_LFS_URL may list several (space or comma separated)."""
+    """LFS stores to try, in order. ZOO_LFS_URL may list several (space or comma separated); set to an empty
+    string it means no store at all."""
     env = os.environ.get("ZOO_LFS_URL")
     if env is not None:
         return _split_urls(env)
+    urls = []
     git_url = _git_config("config", "--get", "lfs.url")
-    if git_url:
-        return [git_url]
     lfsconfig = REPO_ROOT / ".lfsconfig"
-    if lfsconfig.is_file():
-        url = _git_config("config", "--file", str(lfsconfig), "--get", "lfs.url")
-        if url:
-            return [url]
-    return []
+    if not git_url and lfsconfig.is_file():
+        git_url = _git_config("config", "--file", str(lfsconfig), "--get", "lfs.url")
+    if git_url:
+        urls.append(git_url)
+    shared = (REPO_ROOT / SHARED_STORE).resolve()
+    if shared.is_dir():
+        urls.append(str(shared))
+    if (remote := clone_remote_endpoint()) is not None:
+        urls.append(remote)
+    return list(dict.fromkeys(urls))
+
+
+def clone_remote_endpoint() -> str | None:
+    """The LFS endpoint of the checkout's remote (the current branch's, else origin), as git-lfs derives it:
+    `remote.<name>.lfsurl` if set; https://host/path -> https://host/path.git/info/lfs; ssh `user@host:path` ->
+    https://host/path.git/info/lfs; a local path or file:// URL -> that repository (its lfs/objects)."""
+    branch = _git_config("symbolic-ref", "--short", "-q", "HEAD")
+    name = (_git_config("config", "--get", f"branch.{branch}.remote") if branch else None) or "origin"
+    if explicit := _git_config("config", "--get", f"remote.{name}.lfsurl"):
+        return explicit
+    url = _git_config("config", "--get", f"remote.{name}.url")
+    if not url:
+        return None
+    return lfs_endpoint_for(url)
+
+
+def lfs_endpoint_for(url: str) -> str:
+    """git-lfs's default endpoint for a git remote URL."""
+    if re.match(r"^https?://", url):
+        base = url.rstrip("/")
+        return (base if base.endswith(".git") else base + ".git") + "/info/lfs"
+    if url.startswith("ssh://") or re.match(r"^[\w.-]+@[\w.-]+:", url):
+        rest = url.removeprefix("ssh://")
+        rest = rest.split("@", 1)[1] if "@" in rest.split("/", 1)[0] else rest
+        host, _, path = rest.replace(":", "/", 1).partition("/") if not url.startswith("ssh://") else rest.partition("/")
+        host = host.split(":")[0]  # ssh://host:port/path: git-lfs uses the host only
+        path = path.strip("/")
+        return f"https://{host}/{path if path.endswith('.git') else path + '.git'}/info/lfs"
+    path = url.removeprefix("file://")
+    return str((REPO_ROOT / path).resolve()) if not Path(path).is_absolute() else path

@@ -11,8 +11,8 @@ standard key for compute or accumulation precision, so the zoo defines these:
 
 from __future__ import annotations
 
+import json
 import logging
-import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +21,6 @@ import numpy as np
 import onnx
 import torch
 from onnx import helper, numpy_helper
-
-from zoo.config import REPO_ROOT
 
 # The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -40,17 +38,25 @@ METADATA_KEYS = {
     "zoo.source_sha256": "for derived variants: sha256 of the fp32 ONNX file they were made from",
     "zoo.recipe": "recipe name",
     "zoo.recipe_sha256": "sha256 of the resolved recipe (after overrides)",
-    "zoo.git_commit": "commit of the zoo that produced the file ('-dirty' if uncommitted changes)",
+    "zoo.git_commit": "the clean commit `zoo build` recorded before it started (card: training.git_commit); "
+                      "'-dirty' for builds allowed on a tree with uncommitted changes",
     "zoo.opset": "default-domain opset of the file",
     "zoo.trainable": "fp32 only: JSON list of the initializers on-device training may change (the rest stay frozen)",
     "zoo.trainable.globs": "fp32 only: the recipe's parameter-name patterns (export.trainable) behind zoo.trainable",
+    "zoo.parameter_aliases": "fp32 only: JSON {parameter: initializer} for the parameters the exporter stored under "
+                             "another initializer's name (it deduplicates value-identical tensors); every other "
+                             "parameter is the initializer of its own name, so the file maps back onto the torch model",
     "zoo.finetuned_from_sha256": "fine-tuned or federated files: sha256 of the fp32 file they started from",
     "zoo.finetune": "files from `zoo finetune --onnx`: steps, learning rate, batch, seed (JSON)",
     "zoo.federated": "files from launchers/federated.py: rounds, clients, aggregation (JSON)",
 }
 __doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
 # Keys only some files carry: fp32 exports (on-device training split) and files trained from a zoo file.
-FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs"}
+FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs", "zoo.parameter_aliases"}
+# What a file made from the fp32 file inherits from it: the same model, recipe and build.
+INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit")
+# Embedding tables in int8 files: s8 per row (symmetric), gathered as int8 and scaled after the lookup.
+EMBEDDING_SCHEME = "embedding tables s8 per-row symmetric (weight-only, gathered then scaled)"
 RETRAINED_KEYS = {"zoo.finetuned_from_sha256", "zoo.finetune", "zoo.federated"}
 
 PRECISION_METADATA = {
@@ -61,24 +67,19 @@ PRECISION_METADATA = {
     "int8-qat": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
                  "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
                  "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor affine (7-bit range), "
-                                     "weights s8 per-channel symmetric, biases int32"},
+                                     "weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME},
     "int8-ptq": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
                  "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
                  "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, activations u8 "
-                                     "per-tensor, weights s8 per-channel, reduce_range"},
+                                     "per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME},
 }
 
 
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    if head.returncode != 0:
-        return "unknown"
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+def inherited_metadata(fp32_path: Path) -> dict[str, str]:
+    """The provenance keys a derived file copies from the fp32 file it was made from (so deriving it again, anywhere,
+    stamps the same bytes)."""
+    props = read_metadata(fp32_path)
+    return {k: props[k] for k in INHERITED_KEYS if k in props}
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> Path:
@@ -109,15 +110,64 @@ def read_metadata(path: Path) -> dict[str, str]:
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
 
 
+ALIASES_KEY = "zoo.parameter_aliases"
+
+
+def parameter_aliases(onnx_model: onnx.ModelProto, model: torch.nn.Module) -> dict[str, str]:
+    """{parameter: initializer} for the parameters not stored under their own name (found by identical bytes)."""
+    inits = {i.name: i for i in onnx_model.graph.initializer}
+    by_bytes = {numpy_helper.to_array(i).tobytes() + str(tuple(i.dims)).encode(): i.name for i in inits.values()}
+    aliases = {}
+    for name, param in model.state_dict().items():
+        if name in inits:
+            continue
+        value = param.detach().cpu().numpy()
+        key = value.tobytes() + str(tuple(value.shape)).encode()
+        if key in by_bytes:
+            aliases[name] = by_bytes[key]
+    return aliases
+
+
+def load_onnx_weights(path: Path, model: torch.nn.Module) -> torch.nn.Module:
+    """Put an fp32 file's initializers back into the torch model it was exported from (by name, then by the
+    file's recorded aliases); every parameter must be found. Buffers the exporter folded keep the model's own."""
+    onnx_model = onnx.load(str(path))
+    inits = {i.name: i for i in onnx_model.graph.initializer}
+    aliases = json.loads(read_metadata(path).get(ALIASES_KEY, "{}"))
+    state = model.state_dict()
+    params = {n for n, _ in model.named_parameters()}
+    missing = []
+    for name, tensor in state.items():
+        source = name if name in inits else aliases.get(name)
+        if source is None:
+            if name in params:
+                missing.append(name)
+            continue
+        value = torch.from_numpy(numpy_helper.to_array(inits[source]).copy())
+        if value.shape != tensor.shape:
+            raise ValueError(f"{path.name}: initializer {source} has shape {tuple(value.shape)}, parameter {name} "
+                             f"expects {tuple(tensor.shape)}")
+        state[name] = value
+    if missing:
+        raise ValueError(f"{path.name} does not map onto the model: no initializer for {', '.join(missing[:5])} "
+                         "(files exported before the zoo kept parameter names cannot be re-exported)")
+    model.load_state_dict(state)
+    return model
+
+
 def export_fp32(model: torch.nn.Module, example: torch.Tensor, path: Path, opset: int,
                 input_name: str = "input", output_name: str = "logits") -> Path:
-    """The TorchScript exporter writes exactly the requested opset (the dynamo one starts at 18 and converts)."""
+    """The TorchScript exporter writes exactly the requested opset (the dynamo one starts at 18 and converts).
+
+    No constant folding: initializers keep the state_dict's names (folding renamed Linear weights into transposed
+    `onnx::MatMul_*` tensors), so the file maps back onto the torch model for re-export at other opsets; onnxruntime
+    folds the Transposes when it loads the file."""
     model.eval()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".export.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
+        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset, do_constant_folding=False,
                           input_names=[input_name], output_names=[output_name],
                           dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}})
     replace_into(tmp, path)
@@ -132,7 +182,53 @@ def export_int8_qat(converted: torch.nn.Module, example: torch.Tensor, path: Pat
         warnings.simplefilter("ignore")
         program = torch.onnx.export(converted, (example,), dynamo=True, input_names=[input_name],
                                     output_names=[output_name], dynamic_shapes=({0: batch},), verbose=False)
-    return _atomic_save(quantize_biases(program.model_proto), path)
+    return _atomic_save(quantize_embeddings(quantize_biases(program.model_proto)), path)
+
+
+def quantize_embeddings(model: onnx.ModelProto, min_rows: int = 64) -> onnx.ModelProto:
+    """Store embedding tables (Gather over a float initializer of >= `min_rows` rows) as int8, one symmetric scale
+    per row: Gather(int8 table) -> Cast -> Mul(Gather(scales)). The lookup reads int8 rows and scales only those,
+    where a DequantizeLinear in front of the Gather would dequantize the whole table on every call. Tables are most
+    of a BERT file (the word embeddings: 30,522 rows), which quantizing the weight-bearing ops leaves in fp32."""
+    inits = {i.name: i for i in model.graph.initializer}
+    users: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    added_inits, added_nodes, replaced = [], [], set()
+    for node in list(model.graph.node):
+        if node.op_type != "Gather" or node.input[0] not in inits or node.input[0] in replaced:
+            continue
+        table = inits[node.input[0]]
+        if table.data_type != onnx.TensorProto.FLOAT or len(table.dims) != 2 or table.dims[0] < min_rows:
+            continue
+        if any(u.op_type != "Gather" or u.input[0] != table.name or dict((a.name, a.i) for a in u.attribute).get("axis", 0)
+               for u in users[table.name]):
+            continue  # used as something other than a row lookup: leave it as it is
+        weights = numpy_helper.to_array(table)
+        scale = (np.abs(weights).max(axis=1, keepdims=True) / 127.0).astype(np.float32)
+        scale[scale == 0] = 1.0
+        q = np.clip(np.round(weights / scale), -127, 127).astype(np.int8)
+        name = table.name
+        added_inits += [numpy_helper.from_array(q, f"{name}.int8"), numpy_helper.from_array(scale, f"{name}.row_scale")]
+        for i, user in enumerate(users[name]):
+            out, ids = user.output[0], user.input[1]
+            tag = f"{name}.lookup{i}"
+            user.input[0] = f"{name}.int8"
+            user.output[0] = f"{tag}.int8"
+            added_nodes += [
+                helper.make_node("Cast", [f"{tag}.int8"], [f"{tag}.float"], to=onnx.TensorProto.FLOAT, name=f"{tag}.Cast"),
+                helper.make_node("Gather", [f"{name}.row_scale", ids], [f"{tag}.scale"], axis=0, name=f"{tag}.GatherScale"),
+                helper.make_node("Mul", [f"{tag}.float", f"{tag}.scale"], [out], name=f"{tag}.Mul"),
+            ]
+        replaced.add(name)
+    if replaced:
+        kept = [i for i in model.graph.initializer if i.name not in replaced]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept + added_inits)
+        model.graph.node.extend(added_nodes)
+        topological_sort(model.graph)
+    return model
 
 
 def quantize_biases(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -214,7 +310,8 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, 
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
                     calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=op_types)
     prepared.unlink()
-    replace_into(tmp, path)
+    _atomic_save(quantize_embeddings(onnx.load(str(tmp))), path)
+    tmp.unlink()
     return path
 
 

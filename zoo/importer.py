@@ -105,12 +105,16 @@ def resolve_source(spec: str) -> Path:
     return Path(package.__file__).parent / folder
 
 
-def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=print) -> Path:
+def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=print, allow_dirty: bool = False,
+                 writes: list[str] | None = None) -> Path:
     """Convert + parity-check an upstream checkpoint, then fine-tune and build the entry with `init_from`."""
-    from zoo.build import build
+    from zoo.build import build, build_paths
+    from zoo.provenance import require_clean
 
+    require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
     weights, _, parity = convert(source.resolve(), name)
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
         f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
     return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
-                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>")
+                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
+                 allow_dirty=allow_dirty, writes=writes)

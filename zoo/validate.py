@@ -27,10 +27,12 @@ from onnx import numpy_helper
 from zoo import catalog
 from zoo.cards import ModelCard, load_card
 from zoo.catalog import Entry
-from zoo.derived import evaluation_data
-from zoo.errors import IntegrityError, ObjectNotFoundError
+from zoo.cards import from_fp32
+from zoo.derived import Origin, derive_file, evaluation_data, reexport_opset
+from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
+from zoo.provenance import current_versions, same_cpu
 from zoo.store.fetch import fetch_object
-from zoo.store.pointer import pointer_for, read_pointer
+from zoo.store.pointer import Pointer, pointer_for, read_pointer
 
 OUTPUT_RTOL = OUTPUT_ATOL = 1e-3
 FP16_ATOL = 2e-2  # fp16 arithmetic: logits agree to about 1e-2
@@ -65,12 +67,25 @@ def _variant_of(card: ModelCard, rel: Path) -> str:
     return "*"
 
 
+def _derivation(card: ModelCard, rel: Path):
+    """(variant key, opset or None) when the file is one `zoo fetch` makes from fp32, else None."""
+    for key, variant in card.variants.items():
+        if str(rel) == variant.file and from_fp32(key, variant):
+            return key, None
+        for opset, file in variant.extra_opsets.items():
+            if str(rel) == file:
+                return key, opset
+    return None
+
+
 def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
             rebuild_budget: float | None = None) -> tuple[Path, ModelCard, str] | None:
-    """A folder holding the entry's real files, the card describing them, and where they came from."""
+    """A folder holding the entry's real files, the card describing them, and where they came from. Primaries and
+    test data come from the stores; derived files a store lacks are made from fp32 and must match the card."""
     folder = scratch / entry.name
     folder.mkdir(parents=True)
     corrupt = False
+    to_derive = []
     try:
         for path in sorted(p for p in entry.dir.rglob("*") if p.is_file() and p.name != "card.yaml"):
             rel = path.relative_to(entry.dir)
@@ -81,9 +96,13 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
                 rows.append(Row(entry.name, _variant_of(entry.card, rel), "sha256", False, detail=str(exc)[:300]))
                 corrupt = True
                 continue
+            except ObjectNotFoundError:
+                if _derivation(entry.card, rel) is None:
+                    raise
+                to_derive.append((rel, pointer))
+                continue
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(got, folder / rel)
-        return None if corrupt else (folder, entry.card, "store")
     except ObjectNotFoundError as exc:
         training = entry.card.training
         if not training.recipe or (training.imported_from and not training.import_source):
@@ -96,6 +115,11 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
                                    "validated by `make validate-full` or against a published store"))
             return None
         log(f"[{entry.name}] not in any configured store: rebuilding from recipe {entry.card.training.recipe}")
+    else:
+        if corrupt:
+            return None
+        rows += _derive_rows(entry, folder, to_derive, log)
+        return folder, entry.card, "store"
     shutil.rmtree(folder)
     rebuilt = _rebuild(entry, scratch)
     if isinstance(rebuilt, str):
@@ -105,35 +129,76 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
     return rebuilt, load_card(rebuilt / "card.yaml"), "rebuilt"
 
 
+def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer]], log) -> list[Row]:
+    """Make the derived files no store had from the fetched fp32 file; each must have the card's sha256 (when this
+    machine's CPU features and libraries are the build's; otherwise the difference is reported)."""
+    rows = []
+    fp32 = folder / entry.card.variants["fp32"].file
+    origin = Origin.of(entry.card)
+    comparable = same_cpu(entry.card.training.cpu.model_dump() if entry.card.training.cpu else None) and all(
+        current_versions().get(k) == v for k, v in entry.card.training.library_versions.items())
+    for rel, pointer in to_derive:
+        key, opset = _derivation(entry.card, rel)
+        variant = entry.card.variants[key]
+        log(f"[{entry.name}] {rel}: not in the store, deriving it from fp32")
+        target = folder / rel
+        try:
+            if opset is None:
+                derive_file(key, fp32, target, origin, fmt=variant.format)
+            else:
+                reexport_opset(fp32, opset, target, origin)
+        except Exception as exc:  # noqa: BLE001 - a failed derivation is a failed row
+            rows.append(Row(entry.name, key, "derived", False, detail=f"{rel}: {str(exc)[:250]}"))
+            continue
+        got = pointer_for(target)
+        same = got == pointer
+        detail = (f"{rel} made from fp32: sha256 {'equals the card' if same else f'{got.oid} differs from {pointer.oid}'}")
+        if not same and not comparable:
+            detail += " (this machine's CPU or libraries differ from the build's: reported, not failed)"
+        rows.append(Row(entry.name, key, "derived", same or not comparable, detail=detail))
+    return rows
+
+
 def _rebuild(entry: Entry, scratch: Path) -> Path | str:
-    """Run `zoo build` on a scratch copy of the entry's card: the folder, or the error text."""
+    """Run `zoo build` on a scratch copy of the entry's card: the folder, or the error text. It checks the current
+    code's recipe run, not the card's bytes (those need the card's commit: `zoo reproduce`)."""
     entries = scratch / "rebuild"
     (entries / entry.name).mkdir(parents=True)
     shutil.copyfile(entry.dir / "card.yaml", entries / entry.name / "card.yaml")
     env = {**os.environ, "ZOO_ENTRIES": str(entries)}
-    result = subprocess.run([sys.executable, "-m", "zoo.cli", "build", entry.name], env=env, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "zoo.cli", "build", entry.name, "--allow-dirty"], env=env,
+                            capture_output=True, text=True)
     if result.returncode != 0:
         return f"rebuild failed: {result.stderr.strip()[-500:]}"
     return entries / entry.name
 
 
 def _reproduce(entry: Entry, scratch: Path, log) -> list[Row]:
-    """Recipe reproducibility: rebuild from scratch even though a store had the files; accuracy must land within
-    the card's tolerance; whether the bytes (sha256) reproduced is recorded, not required (CPU and threads matter)."""
-    log(f"[{entry.name}] reproducing from recipe {entry.card.training.recipe}")
-    rebuilt = _rebuild(entry, scratch / "reproduce")
-    if isinstance(rebuilt, str):
-        return [Row(entry.name, "*", "reproduce", False, detail=rebuilt)]
-    card = load_card(rebuilt / "card.yaml")
+    """Rebuild the card's recorded commit (`zoo reproduce`): every file's sha256 must equal the card's when this
+    machine's CPU features and library versions are the build's; otherwise differences are reported, not failed.
+    Accuracy must land within the card's tolerance either way."""
+    from zoo.reproduce import reproduce
+
+    try:
+        result = reproduce(entry, log, scratch=scratch)
+    except ZooError as exc:
+        return [Row(entry.name, "*", "reproduce", False, detail=str(exc)[:300])]
     rows = []
+    for f in result.files:
+        if f.same:
+            detail = f"{f.file}: sha256 reproduced ({f.card_sha256})"
+        else:
+            detail = f"{f.file}: rebuilt {f.rebuilt_sha256}, card {f.card_sha256}"
+            if not result.comparable:
+                detail += " (expected: " + "; ".join(result.differences) + ")"
+        rows.append(Row(entry.name, _variant_of(entry.card, Path(f.file)), "reproduce", f.same or not result.comparable,
+                        detail=detail))
     for key, variant in entry.card.variants.items():
-        new = card.variants.get(key)
-        if not variant.built or new is None:
-            continue
-        claimed, measured = entry.card.metric(key), card.metric(key)
-        same = "sha256 reproduced" if new.sha256 == variant.sha256 else "different bytes"
-        rows.append(Row(entry.name, key, "reproduce", measured >= claimed - variant.tolerance, measured, claimed,
-                        detail=f"rebuilt from scratch: {same}"))
+        new = result.rebuilt_card.variants.get(key)
+        if variant.built and new is not None:
+            claimed, measured = entry.card.metric(key), result.rebuilt_card.metric(key)
+            rows.append(Row(entry.name, key, "reproduce accuracy", measured >= claimed - variant.tolerance, measured,
+                            claimed, detail=f"rebuilt at {result.commit[:12]}, tolerance {variant.tolerance}"))
     return rows
 
 
@@ -164,7 +229,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
         return rows
     folder, measured_card, source = obtained
     cheap = (entry.card.training.build_time_s or float("inf")) <= reproduce_budget
-    if source == "store" and cheap and not entry.card.training.imported_from:
+    if source == "store" and cheap and not entry.card.training.imported_from and entry.card.training.git_commit:
         rows += _reproduce(entry, scratch, log)
     test_sets = _load_test_sets(folder)
     rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
@@ -183,8 +248,9 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
                             else "rebuild gave different bytes (other CPU/threads); accuracy decides"))
         else:
             actual = pointer_for(path)
-            rows.append(Row(entry.name, key, "sha256", (actual.oid, actual.size) == (variant.sha256, variant.size),
-                            detail=f"{actual.oid[:12]}… vs card {variant.sha256[:12]}…"))
+            same = (actual.oid, actual.size) == (variant.sha256, variant.size)
+            rows.append(Row(entry.name, key, "sha256", same, detail=f"equals the card's ({variant.sha256})" if same else
+                            f"file {actual.oid} ({actual.size} bytes), card {variant.sha256} ({variant.size} bytes)"))
         if variant.format == "ort-training":
             rows += _artifact_rows(entry.name, key, variant, path, folder / built["fp32"].file, fp32_logits, test_sets,
                                    x, y, scratch)

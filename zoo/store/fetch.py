@@ -1,12 +1,15 @@
 """`zoo fetch`: get a variant's bytes, verified, from the first place that has them.
 
-Order: the real file in the checkout, the local cache, then each configured remote. A download is
-taken under a per-object file lock, so concurrent fetches of one object download it once.
+Order: the real file in the checkout, the local cache, then each configured store. A download is
+taken under a per-object file lock, so concurrent fetches of one object download it once. A derived
+variant (int8-ptq, fp16, ort-training, another opset) that no store has is made from the fetched fp32
+file and checked against the card's sha256 before it is cached, like a download.
 """
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,9 +18,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from zoo.catalog import Entry, entries, get_entry
 from zoo.config import lfs_remote_urls
-from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError
+from zoo.derived import AGREEMENT, Origin, derive_file, from_fp32, prediction_agreement, reexport_opset
+from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, ZooError
 from zoo.store.cache import ObjectCache, atomic_copy
-from zoo.store.pointer import Pointer, ensure_content, read_pointer, sha256_file
+from zoo.store.pointer import Pointer, ensure_content, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import NotOnRemote, open_remote
 
 
@@ -28,7 +32,7 @@ class FetchResult:
     path: Path
     size: int
     sha256: str
-    source: str  # "checkout", "cache" or the remote's URL
+    source: str  # "checkout", "cache", the remote's URL, or "derived from fp32 …"
     resumed_from: int = 0  # bytes an interrupted earlier download had already fetched
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -57,7 +61,7 @@ def fetch_object(
     rate_limit: float | None = None,
 ) -> tuple[Path, str, int]:
     """(path, source, resumed_from) of the verified object. Raises with everything that was tried."""
-    tried: list[str] = []
+    tried: list[str] = []  # one short line per place looked at
     if checkout_path is not None:
         if not checkout_path.exists():
             tried.append(f"checkout {checkout_path}: absent")
@@ -85,19 +89,21 @@ def fetch_object(
                 with _progress_bar(label, pointer.size, show_progress) as advance:
                     resumed_from = remote.download(pointer, part, advance)
             except NotOnRemote:
-                tried.append(f"remote {url}: not there")
+                tried.append(f"{url}: not there")
                 continue
             except IntegrityError as exc:
                 part.unlink(missing_ok=True)
                 raise IntegrityError(f"{label}: {exc}") from None
             except RemoteError as exc:
                 # Keep the .part for a later resume; try the next remote.
-                tried.append(f"remote {exc}")
+                tried.append(str(exc) if str(exc).startswith(url) else f"{url}: {exc}")
                 continue
             return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
-    if not urls:
-        tried.append("no LFS remote configured (set ZOO_LFS_URL or git's lfs.url)")
-    raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid[:12]}…) was not found: {'; '.join(tried)}.{build_hint}")
+    stores = [t for t in tried if not t.startswith(("checkout ", "cache "))] or ["no LFS store configured"]
+    raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid}) is in no store. Tried:\n"
+                              + "\n".join(f"  {t}" for t in stores)
+                              + "\nAdd a mirror: ZOO_LFS_URL=<LFS URL or bare repo> (space separated for several)."
+                              + build_hint)
 
 
 def fetch(
@@ -107,38 +113,128 @@ def fetch(
     remotes: list[str] | None = None,
     show_progress: bool = True,
     rate_limit: float | None = None,
+    opset: int | None = None,
 ) -> FetchResult:
-    """Fetch one variant of a zoo model; returns where its verified bytes are."""
+    """Fetch one variant of a zoo model; returns where its verified bytes are. `opset`: the fp32 weights at
+    another opset (re-exported through the family's torch model when no store has that file)."""
     entry = get_entry(name)
+    if opset is not None:
+        if variant != "fp32":
+            raise ZooError(f"--opset re-exports the fp32 weights; it cannot be combined with --variant {variant}")
+        return _deliver(_fetch_opset(entry, opset, remotes, show_progress, rate_limit), dest)
     spec = entry.variant(variant)
     if not spec.built:
-        raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet;{build_hint(entry)}")
+        raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet.{build_hint(entry)}")
     pointer = Pointer(spec.sha256, spec.size)
-    path, source, resumed_from = fetch_object(
-        pointer,
-        f"{name} {variant}",
-        checkout_path=entry.variant_path(variant),
-        remotes=remotes,
-        build_hint=build_hint(entry),
-        show_progress=show_progress,
-        rate_limit=rate_limit,
-    )
-    if dest is not None:
-        target = Path(dest) / Path(spec.file).name
-        if not (target.exists() and target.stat().st_size == spec.size and sha256_file(target) == spec.sha256):
-            atomic_copy(path, target)
-        path = target
-    return FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics))
+    try:
+        path, source, resumed_from = fetch_object(
+            pointer,
+            f"{name} {variant}",
+            checkout_path=entry.variant_path(variant),
+            remotes=remotes,
+            build_hint=build_hint(entry),
+            show_progress=show_progress,
+            rate_limit=rate_limit,
+        )
+    except ObjectNotFoundError:
+        if not from_fp32(variant, spec):
+            raise
+        fp32 = fetch(name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
+        path = _derive_verified(entry, pointer, f"{name} {variant}",
+                                lambda target: derive_file(variant, fp32, target, Origin.of(entry.card), fmt=spec.format))
+        source, resumed_from = "derived from fp32", 0
+    result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics))
+    return _deliver(result, dest, Path(spec.file).name)
+
+
+def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None) -> FetchResult:
+    if dest is None:
+        return result
+    target = Path(dest) / (filename or result.path.name)
+    if not (target.exists() and target.stat().st_size == result.size and sha256_file(target) == result.sha256):
+        atomic_copy(result.path, target)
+    result.path = target
+    return result
+
+
+def _derive_verified(entry: Entry, pointer: Pointer, label: str, make) -> Path:
+    """Make a derived file (`make(target)`) and admit it to the cache only if it has the card's bytes."""
+    cache = ObjectCache()
+    with cache.lock(pointer.oid):
+        if (hit := cache.get(pointer)) is not None:
+            return hit
+        with tempfile.TemporaryDirectory(prefix="zoo-derive-", dir=_mkdir(cache.root)) as tmp:
+            made = make(Path(tmp) / "derived")
+            got = pointer_for(made)
+            if got != pointer:
+                raise IntegrityError(
+                    f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid}: "
+                    f"this machine differs from the build's ({_build_machine(entry)}); nothing was cached")
+            return cache.admit(made, pointer, move=True, verified=True)
+
+
+def _build_machine(entry: Entry) -> str:
+    t = entry.card.training
+    cpu = f"{t.cpu.model}, {' '.join(t.cpu.flags)}" if t.cpu else "CPU not recorded"
+    libs = ", ".join(f"{k} {v}" for k, v in t.library_versions.items() if k in ("onnxruntime", "onnx", "torch"))
+    return f"{cpu}; {libs}" if libs else cpu
+
+
+def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_limit) -> FetchResult:
+    """The fp32 weights at `opset`: the card's file when it lists that opset (sha256-checked, from a store or made
+    here), else re-exported here and checked to predict fp32's labels on the entry's test set before it is served."""
+    from zoo.data import load_dataset
+    from zoo.evaluate import predict
+
+    spec = entry.variant("fp32")
+    if opset == spec.opset:
+        return fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit)
+    low, high = spec.opset_range or (spec.opset, spec.opset)
+    if opset not in spec.extra_opsets and not low <= opset <= high:
+        raise ZooError(f"'{entry.name}' exports at opsets {low}-{high} (measured by `zoo build`); {opset} is outside it")
+    origin = Origin.of(entry.card)
+    label = f"{entry.name} fp32 opset {opset}"
+    if opset in spec.extra_opsets:  # published: its pointer in the checkout names the bytes
+        checkout = entry.dir / spec.extra_opsets[opset]
+        pointer = read_pointer(checkout) or pointer_for(checkout)
+        try:
+            path, source, resumed = fetch_object(pointer, label, checkout_path=checkout, remotes=remotes,
+                                                 show_progress=show_progress, rate_limit=rate_limit)
+        except ObjectNotFoundError:
+            fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
+            path = _derive_verified(entry, pointer, label, lambda t: reexport_opset(fp32, opset, t, origin))
+            source, resumed = "derived from fp32", 0
+        return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid, source, resumed,
+                           dict(spec.metrics))
+    fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
+    cache = ObjectCache()
+    with tempfile.TemporaryDirectory(prefix="zoo-derive-", dir=_mkdir(cache.root)) as tmp:
+        made = reexport_opset(fp32, opset, Path(tmp) / "derived", origin)
+        test = load_dataset(entry.card.dataset.name).test
+        x = test.x.numpy()
+        agreement = prediction_agreement(made, predict(fp32, x).argmax(1), x)
+        if agreement < AGREEMENT:
+            raise IntegrityError(f"{label}: re-exported weights predict fp32's label on only {agreement:.2%} of the "
+                                 f"{len(x)} test examples (needs {AGREEMENT:.1%}); nothing was cached")
+        pointer = pointer_for(made)
+        path = cache.admit(made, pointer, move=True, verified=True)
+    return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid,
+                       f"derived from fp32 (same predictions on {agreement:.2%} of {len(x)} test examples)", 0,
+                       dict(spec.metrics))
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def build_hint(entry: Entry) -> str:
-    how = [f"`zoo build {entry.name}`"]
-    if entry.card.training.command and entry.card.training.command not in how[0]:
-        how.append(f"`{entry.card.training.command}`")
-    if entry.card.training.imported_from or entry.card.family == "bert":
-        how.append(f"`zoo import {entry.name} --from <checkpoint dir>`")
-    return " Build it instead with " + " or ".join(how)
-
+    t = entry.card.training
+    how = f"zoo import {entry.name} --from <checkpoint dir>" if t.imported_from and not t.import_source \
+        else f"zoo build {entry.name}"
+    took = f" (the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'}, " \
+           f"{t.threads or 1} thread(s) per process)" if t.build_time_s else ""
+    return f"\nOr build it from its recipe: `{how}`{took}."
 
 
 def require_content(path: Path) -> Path:

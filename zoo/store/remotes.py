@@ -50,6 +50,16 @@ def open_remote(url: str, retries: int = 4, rate_limit: float | None = None) -> 
     raise RemoteError(f"unsupported LFS remote {url!r}: use an http(s):// Batch API URL or a bare repo path")
 
 
+def _short(exc: Exception) -> str:
+    """One line for a failed request, without the wrapped library exceptions (urllib3 nests three deep)."""
+    if isinstance(exc, requests.ConnectionError):
+        return "cannot connect"
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:120]}"
+
+
 def _hash_existing(part: Path) -> "hashlib._Hash":
     digest = hashlib.sha256()
     if part.exists():
@@ -124,7 +134,7 @@ class HttpRemote(Remote):
                 with open(body, "rb") if body else contextlib.nullcontext() as data:
                     response = self.session.request(method, url, data=data, timeout=(10, 60), **kwargs)
             except requests.RequestException as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = _short(exc)
             else:
                 if response.status_code < 500 and response.status_code != 429:
                     return response
@@ -132,7 +142,7 @@ class HttpRemote(Remote):
                 response.close()
             if attempt + 1 < self.retries:
                 time.sleep(self.backoff * 2**attempt)
-        raise RemoteError(f"{self.url}: {method} failed after {self.retries} attempts ({last})")
+        raise RemoteError(f"{self.url}: unreachable ({last}, {self.retries} attempts)")
 
     def batch(self, operation: str, pointers: list[Pointer]) -> dict[str, dict]:
         body = {
@@ -161,7 +171,7 @@ class HttpRemote(Remote):
             try:
                 return self._stream(action, pointer, part, progress)
             except (requests.RequestException, RemoteError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                last = _short(exc)
             if attempt + 1 < self.retries:
                 time.sleep(self.backoff * 2**attempt)
         raise RemoteError(

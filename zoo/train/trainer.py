@@ -12,7 +12,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
 from zoo.models import build_model, count_params, model_spec
+from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
 from zoo.train.parallel import Strategy, make_strategy
@@ -201,19 +201,6 @@ def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> 
     return float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
 
 
-def library_versions() -> dict[str, str]:
-    import onnx
-    import onnxruntime
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__,
-                "onnxruntime": onnxruntime.__version__}
-    with contextlib.suppress(ImportError):
-        import torchao
-
-        versions["torchao"] = torchao.__version__
-    return versions
-
-
 def steps_for(recipe: Recipe, n_train: int) -> int:
     if recipe.steps is not None:
         return recipe.steps
@@ -289,7 +276,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
                 "baseline_rss_mib": baseline_rss,
                 "torch_accuracy": torch_metrics, "variants": variants,
                 "wall_seconds": round(time.perf_counter() - started, 3),
-                "library_versions": library_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},
+                "library_versions": current_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},
             }
             torch.save(model.state_dict(), output_dir / "model.pt")
             _write_json(output_dir / "summary.json", summary)

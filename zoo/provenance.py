@@ -1,0 +1,138 @@
+"""Where a build came from: the clean git commit it ran at and the CPU whose kernels computed it.
+
+A card's sha256 is a promise that these bytes come back when the card's commit is built again on the same kind
+of CPU with the same libraries. So a build records the commit *before* it starts (the files it writes must not
+change the stamp), refuses a tree with other uncommitted changes, and names the CPU features that change
+floating-point and int8 results (AVX2/FMA, AVX-512, VNNI, AMX).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.config import REPO_ROOT
+from zoo.errors import ZooError
+
+# Set by `zoo build` for the processes it starts: every file of one build is stamped with one commit.
+COMMIT_ENV = "ZOO_SOURCE_COMMIT"
+DIRTY_SUFFIX = "-dirty"
+# /proc/cpuinfo flags that select different onnxruntime / torch kernels (and so can change bytes and int8 results).
+NUMERIC_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                 "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def _git(*args: str, root: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+
+
+@dataclass(frozen=True)
+class TreeState:
+    commit: str | None  # None: not a git checkout
+    changed: tuple[str, ...]  # paths (relative to the repository root) with uncommitted changes, untracked included
+
+    def outside(self, allowed: list[Path]) -> list[str]:
+        """Changed paths that are not under any of `allowed` (absolute paths)."""
+        keep = []
+        for rel in self.changed:
+            path = (REPO_ROOT / rel).resolve()
+            if not any(path == a or path.is_relative_to(a) for a in allowed):
+                keep.append(rel)
+        return keep
+
+
+def tree_state(root: Path = REPO_ROOT) -> TreeState:
+    try:
+        head = _git("rev-parse", "HEAD", root=root)
+        status = _git("status", "--porcelain", "--untracked-files=all", "-z", root=root)
+    except (OSError, subprocess.TimeoutExpired):
+        return TreeState(None, ())
+    if head.returncode != 0:
+        return TreeState(None, ())
+    changed = []
+    records = iter(status.stdout.split("\0"))
+    for record in records:
+        if not record:
+            continue
+        code, path = record[:2], record[3:]
+        if "R" in code or "C" in code:  # renames carry the old path as the next record
+            next(records, None)
+        changed.append(path)
+    return TreeState(head.stdout.strip(), tuple(changed))
+
+
+def source_commit() -> str:
+    """The commit to stamp into files: the one a build recorded (COMMIT_ENV), else HEAD (+ '-dirty')."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+    state = tree_state()
+    if state.commit is None:
+        return "unknown"
+    return state.commit + (DIRTY_SUFFIX if state.changed else "")
+
+
+def require_clean(allowed: list[Path], allow_dirty: bool) -> tuple[str, bool]:
+    """(commit to record, reproducible) for a build that writes only under `allowed`.
+
+    A tree with other uncommitted changes is refused unless `allow_dirty`, which records the build as not
+    reproducible (its stamp says '-dirty': nobody can check out what produced it)."""
+    state = tree_state()
+    if state.commit is None:
+        if allow_dirty:
+            return "unknown", False
+        raise ZooError(f"{REPO_ROOT} is not a git checkout: a build records the commit it ran from; "
+                       "build from a clone, or pass --allow-dirty (recorded as not reproducible)")
+    stray = state.outside([p.resolve() for p in allowed])
+    if not stray:
+        return state.commit, True
+    if allow_dirty:
+        return state.commit + DIRTY_SUFFIX, False
+    shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+    raise ZooError(f"uncommitted changes outside the entries being built ({shown}): commit or stash them so the "
+                   "card's commit reproduces these bytes, or pass --allow-dirty (recorded as not reproducible)")
+
+
+def cpu_info() -> dict:
+    """The CPU model and the numerics-relevant ISA flags of this machine."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name":
+                model = value.strip()
+            elif key == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags]}
+
+
+def same_cpu(recorded: dict | None) -> bool:
+    """Whether this machine has the ISA flags a card's build recorded (the model name may differ)."""
+    return recorded is not None and sorted(recorded.get("flags", [])) == sorted(cpu_info()["flags"])
+
+
+def current_versions() -> dict[str, str]:
+    """The versions a card's build records (training.library_versions): they decide the bytes with the CPU."""
+    import contextlib
+
+    import onnx
+    import onnxruntime
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__}
+    with contextlib.suppress(ImportError):
+        import torchao
+
+        versions["torchao"] = torchao.__version__
+    return versions
+
+
+def commit_available(commit: str, root: Path = REPO_ROOT) -> bool:
+    return _git("cat-file", "-e", f"{commit}^{{commit}}", root=root).returncode == 0

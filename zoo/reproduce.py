@@ -1,0 +1,126 @@
+"""`zoo reproduce NAME`: rebuild an entry at the commit its card records, in a temporary git worktree, and compare
+every file's sha256 with the card's (the maintainers' publishing check, runnable by anyone).
+
+Bytes are promised only for the same CPU features and library versions as the card's build; the result says
+whether those match, so a difference can be told apart from a broken promise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zoo.cards import CARD_FILE, ModelCard, load_card
+from zoo.catalog import Entry
+from zoo.config import REPO_ROOT
+from zoo.errors import ZooError
+from zoo.provenance import commit_available, cpu_info, same_cpu
+from zoo.store.pointer import pointer_for, read_pointer
+
+
+@dataclass
+class FileCheck:
+    file: str
+    card_sha256: str
+    rebuilt_sha256: str | None  # None: the rebuild did not produce the file
+
+    @property
+    def same(self) -> bool:
+        return self.card_sha256 == self.rebuilt_sha256
+
+
+@dataclass
+class Reproduction:
+    entry: str
+    commit: str
+    files: list[FileCheck]
+    rebuilt_card: ModelCard
+    same_cpu: bool
+    same_libraries: bool
+    differences: list[str] = field(default_factory=list)  # why bytes may legitimately differ
+
+    @property
+    def identical(self) -> bool:
+        return all(f.same for f in self.files)
+
+    @property
+    def comparable(self) -> bool:
+        """Same CPU features and library versions as the card's build: bytes must then be identical."""
+        return self.same_cpu and self.same_libraries
+
+
+def card_files(entry: Entry) -> dict[str, str]:
+    """Every LFS file the card's build wrote -> its sha256 (card for variants, pointer for the rest)."""
+    files = {}
+    for key, variant in entry.card.variants.items():
+        if variant.built:
+            files[variant.file] = variant.sha256
+            for other in variant.extra_opsets.values():
+                files[other] = _sha(entry.dir / other)
+    for path in sorted(entry.dir.glob("test_data_set_*/*.pb")):
+        files[str(path.relative_to(entry.dir))] = _sha(path)
+    return {k: v for k, v in files.items() if v}
+
+
+def _sha(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    return (read_pointer(path) or pointer_for(path)).oid
+
+
+def _processes(command: str) -> int:
+    match = re.search(r"--nproc_per_node[= ](\d+)", command)
+    return int(match.group(1)) if match else 2
+
+
+def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduction:
+    """Rebuild `entry` at its recorded commit and compare the bytes; raises ZooError when it cannot even start."""
+    t = entry.card.training
+    if not t.git_commit or t.reproducible is False:
+        why = "was built from uncommitted changes (--allow-dirty)" if t.reproducible is False else "records no commit"
+        raise ZooError(f"'{entry.name}' {why}: rebuild it from a clean commit with `zoo build {entry.name}`")
+    if not commit_available(t.git_commit):
+        raise ZooError(f"commit {t.git_commit} (the card's build) is not in this clone: `git fetch` it "
+                       "(a shallow clone lacks history)")
+    expected = card_files(entry)
+    with tempfile.TemporaryDirectory(prefix=f"zoo-reproduce-{entry.name}-", dir=scratch) as tmp:
+        worktree = Path(tmp) / "src"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktree), t.git_commit], cwd=REPO_ROOT,
+                       check=True, capture_output=True)
+        try:
+            env = {**os.environ, "PYTHONPATH": str(worktree)}
+            in_catalog = entry.dir.resolve().is_relative_to((REPO_ROOT / "zoo" / "entries").resolve())
+            if in_catalog:  # the card as it was at that commit, in the worktree's own catalog
+                env.pop("ZOO_ENTRIES", None)
+                built_dir = worktree / "zoo" / "entries" / entry.name
+            else:  # an entry kept elsewhere (ZOO_ENTRIES): its card, built by that commit's code
+                built_dir = Path(tmp) / "entries" / entry.name
+                built_dir.mkdir(parents=True)
+                shutil.copyfile(entry.dir / CARD_FILE, built_dir / CARD_FILE)
+                env["ZOO_ENTRIES"] = str(built_dir.parent)
+            command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
+                       "--nproc", str(_processes(t.command))]
+            log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
+            result = subprocess.run(command, cwd=worktree, env=env)
+            if result.returncode != 0:
+                raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
+            rebuilt = load_card(built_dir / CARD_FILE)
+            files = [FileCheck(f, sha, _sha(built_dir / f)) for f, sha in expected.items()]
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, capture_output=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True)
+    differences = []
+    cpu_ok = same_cpu(t.cpu.model_dump() if t.cpu else None)
+    if not cpu_ok:
+        differences.append(f"CPU flags {' '.join(cpu_info()['flags'])} vs the card's "
+                           f"{' '.join(t.cpu.flags) if t.cpu else 'unrecorded'}")
+    libs = {k: (v, rebuilt.training.library_versions.get(k)) for k, v in t.library_versions.items()}
+    changed = {k: pair for k, pair in libs.items() if pair[0] != pair[1]}
+    differences += [f"{k} {new} vs the card's {old}" for k, (old, new) in changed.items()]
+    return Reproduction(entry.name, t.git_commit, files, rebuilt, cpu_ok, not changed, differences)
