@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from zoo import catalog
-from zoo.cards import ModelCard
+from zoo.cards import ModelCard, is_primary
 from zoo.config import REPO_ROOT
 from zoo.store.cache import atomic_write_text
 
@@ -122,6 +122,17 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
         lines += ["", "The fp32 weights are also exported at " + ", ".join(extra) + "."]
+    fp32 = c.variants["fp32"]
+    if fp32.opset_range:
+        lines += ["", f"Any opset from {fp32.opset_range[0]} to {fp32.opset_range[1]} (measured by `zoo build`: same "
+                      f"predictions as fp32): `zoo fetch {c.name} --opset N` re-exports the fp32 weights through the "
+                      "family's PyTorch definition and checks them on the test set."]
+    derived = [k for k, v in c.variants.items() if v.built and not is_primary(k, v)]
+    if derived:
+        lines += ["", f"Primaries (trained, published to the store): "
+                      + ", ".join(f"`{k}`" for k, v in c.variants.items() if v.built and is_primary(k, v))
+                      + ". Derived from fp32 (made by `zoo fetch` when no store has them, sha256-checked): "
+                      + ", ".join(f"`{k}`" for k in derived) + "."]
     lines += ondevice_section(c)
     lines += ["", "## Get it", "", "```bash"]
     lines += [f"zoo fetch {c.name} --variant {key}" for key in c.variants]
@@ -132,7 +143,10 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", f"Produced by `{c.training.command}`"
               + (f", seed {c.training.seed}, {c.training.threads} thread(s) per process" if c.training.seed is not None else "")
-              + (f", in {c.training.build_time_s:.0f} s on 2 CPU cores" if c.training.build_time_s else "") + "."]
+              + (f", in {c.training.build_time_s:.0f} s" if c.training.build_time_s else "")
+              + (f" on {c.training.cpu.model} ({', '.join(c.training.cpu.flags)})" if c.training.cpu else "")
+              + (f", at commit `{c.training.git_commit}` (`zoo reproduce {c.name}` rebuilds it)"
+                 if c.training.git_commit and c.training.reproducible else "") + "."]
     if c.training.library_versions:
         lines += ["", "Library versions: " + ", ".join(f"{k} {v}" for k, v in c.training.library_versions.items()) + "."]
     d = c.dataset

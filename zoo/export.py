@@ -182,7 +182,28 @@ def export_int8_qat(converted: torch.nn.Module, example: torch.Tensor, path: Pat
         warnings.simplefilter("ignore")
         program = torch.onnx.export(converted, (example,), dynamo=True, input_names=[input_name],
                                     output_names=[output_name], dynamic_shapes=({0: batch},), verbose=False)
-    return _atomic_save(quantize_embeddings(quantize_biases(program.model_proto)), path)
+    return _atomic_save(quantize_embeddings(quantize_biases(strip_debug_info(program.model_proto))), path)
+
+
+def strip_debug_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop the dynamo exporter's per-node debug metadata (Python stack traces with the exporting machine's file
+    paths, FX node dumps): they differ between two checkouts of one commit, so they would break reproducible bytes,
+    and they leak the builder's paths. The graph itself is untouched."""
+    graphs = [model.graph, *(f for f in model.functions)]
+    while graphs:
+        graph = graphs.pop()
+        if isinstance(graph, onnx.GraphProto):
+            graph.doc_string = ""
+            for info in [*graph.input, *graph.output, *graph.value_info]:
+                del info.metadata_props[:]
+                info.doc_string = ""
+            for init in graph.initializer:
+                del init.metadata_props[:]
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+            graphs += [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
+    return model
 
 
 def quantize_embeddings(model: onnx.ModelProto, min_rows: int = 64) -> onnx.ModelProto:
