@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import REPO, zoo_cli
+from tests.helpers import REPO, build_flags, zoo_cli
 from tests.test_training import train
 from zoo.cards import load_card
 from zoo.models import build_model
@@ -18,10 +18,18 @@ from zoo.models import build_model
 @pytest.mark.parametrize("model", ["mnist1d-cnn", "mnist1d-gru", "bert-tiny"])
 def test_family_trains_exports_and_quantizes(tmp_path, model):
     train(tmp_path, model, "--recipe", "qat-int8", "--model", model, "--no-tracking", "steps=20", "optimizer.lr=0.001",
-          "quantization.qat_steps=3", "global_batch_size=32", "schedule.warmup_steps=0", "export.opsets=[17]")
+          "quantization.qat_steps=3", "global_batch_size=32", "schedule.warmup_steps=0",
+          "export.opsets=[13,17]" if model.startswith("bert") else "export.opsets=[17]")
     summary = json.loads((tmp_path / model / "summary.json").read_text())
     assert set(summary["variants"]) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
     assert summary["variants"]["int8-qat"]["int8_kernels"], "int8-qat must run on int8 kernels"
+    if model.startswith("bert"):
+        # opset 13 re-exported from the fp32 file's weights (initializers keep the torch names): same predictions
+        assert summary["variants"]["fp32"]["extra_opsets"]["13"]["agreement_with_primary"] == 1.0
+        # embedding tables quantized too: int8 files at most 30% of fp32
+        for key in ("int8-qat", "int8-ptq"):
+            ratio = summary["variants"][key]["size"] / summary["variants"]["fp32"]["size"]
+            assert ratio <= 0.30, f"{key} is {ratio:.0%} of fp32"
     losses = summary["phases"]["fp32"]["losses"]
     # A few steps only: the loss stays finite and does not diverge (convergence is what the entries' builds show).
     assert all(math.isfinite(v) for v in losses) and max(losses[-5:]) < 1.5 * math.log(10), losses
@@ -61,10 +69,10 @@ def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
         "training": {"recipe": str(tmp_path / "tiny-import.yaml"), "imported_from": "a random tiny BertModel"}}))
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home")}
 
-    refused = zoo_cli("build", "tiny-import", env=env)
+    refused = zoo_cli("build", "tiny-import", *build_flags(), env=env)
     assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr
 
-    result = zoo_cli("import", "tiny-import", "--from", str(tmp_path / "upstream"), env=env, timeout=900)
+    result = zoo_cli("import", "tiny-import", "--from", str(tmp_path / "upstream"), *build_flags(), env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     card = load_card(entries / "tiny-import" / "card.yaml")
     for variant in card.variants.values():

@@ -165,8 +165,9 @@ def test_artifacts_are_published_and_fetched_like_any_variant(built, tmp_path, l
     entries = tmp_path / "entries"
     shutil.copytree(built["dir"].parent, entries)
     env = {**built["env"], "ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "publisher")}
-    published = zoo_cli("publish", "quick-digits", "--to", lfs_server.url, env=env, check=True).stdout
-    assert "uploaded model.ort-training.zip" in published and "uploaded model.federated.onnx" in published
+    published = zoo_cli("publish", "quick-digits", "--derived", "--to", lfs_server.url, env=env, check=True).stdout
+    assert "uploaded quick-digits/model.ort-training.zip" in published
+    assert "uploaded quick-digits/model.federated.onnx" in published
     assert read_pointer(entries / "quick-digits" / "model.ort-training.zip") is not None  # .gitattributes: *.zip
     device = {**env, "ZOO_HOME": str(tmp_path / "device"), "ZOO_LFS_URL": lfs_server.url}
     fetched = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "ort-training", "--json", env=device,

@@ -30,7 +30,7 @@ def test_publish_then_fetch_into_empty_cache(zoo_env, lfs_server):
     folder = write_entry(zoo_env["entries"], "tiny")
     original = (folder / "model.onnx").read_bytes()
     published = zoo_cli("publish", "tiny", "--to", lfs_server.url, check=True)
-    assert "uploaded model.onnx" in published.stdout
+    assert "uploaded tiny/model.onnx" in published.stdout
     # The checkout now holds a spec-v1 pointer; the content stays fetchable from the local cache.
     pointer = read_pointer(folder / "model.onnx")
     assert pointer is not None and pointer.size == len(original)
@@ -46,7 +46,7 @@ def test_publish_then_fetch_into_empty_cache(zoo_env, lfs_server):
     assert second["source"] == "cache" and second["path"] == first["path"]
 
     # Publishing again uploads nothing new.
-    assert "present  model.onnx" in zoo_cli("publish", "tiny", "--to", lfs_server.url, check=True).stdout
+    assert "present  tiny/model.onnx" in zoo_cli("publish", "tiny", "--to", lfs_server.url, check=True).stdout
 
 
 def test_python_api_mirrors_cli(zoo_env, lfs_server, monkeypatch):

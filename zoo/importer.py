@@ -111,6 +111,7 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     from zoo.build import build, build_paths
     from zoo.provenance import require_clean
 
+    _read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
     require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
     weights, _, parity = convert(source.resolve(), name)
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
