@@ -107,7 +107,7 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
             command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
                        "--nproc", str(_processes(t.command))]
             log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
-            result = subprocess.run(command, cwd=worktree, env=env)
+            result = subprocess.run(command, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
             if result.returncode != 0:
                 raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
             rebuilt = load_card(built_dir / CARD_FILE)
