@@ -129,7 +129,7 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
                       "family's PyTorch definition and checks them on the test set."]
     derived = [k for k, v in c.variants.items() if v.built and not is_primary(k, v)]
     if derived:
-        lines += ["", f"Primaries (trained, published to the store): "
+        lines += ["", "Primaries (trained, published to the store): "
                       + ", ".join(f"`{k}`" for k, v in c.variants.items() if v.built and is_primary(k, v))
                       + ". Derived from fp32 (made by `zoo fetch` when no store has them, sha256-checked): "
                       + ", ".join(f"`{k}`" for k in derived) + "."]

@@ -31,6 +31,7 @@ from zoo.cards import from_fp32
 from zoo.derived import Origin, derive_file, evaluation_data, reexport_opset
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.provenance import current_versions, same_cpu
+from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch_object
 from zoo.store.pointer import Pointer, pointer_for, read_pointer
 
@@ -177,8 +178,6 @@ def _reproduce(entry: Entry, scratch: Path, log) -> list[Row]:
     """Rebuild the card's recorded commit (`zoo reproduce`): every file's sha256 must equal the card's when this
     machine's CPU features and library versions are the build's; otherwise differences are reported, not failed.
     Accuracy must land within the card's tolerance either way."""
-    from zoo.reproduce import reproduce
-
     try:
         result = reproduce(entry, log, scratch=scratch)
     except ZooError as exc:

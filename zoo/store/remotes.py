@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
