@@ -61,9 +61,13 @@ quickstart: setup
 	$(BIN)/zoo evaluate digits-cnn
 
 # The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
+# Running the tests never modifies the checkout (builds record its commit): checked after the run.
 test: setup
+	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
 	$(BIN)/python -m pytest -q -ra
 	bash ci/validate.sh
+	@git status --porcelain --untracked-files=all | diff build/checkout-before-tests.txt - || \
+	  (echo "make test changed the checkout (lines above): tests must write to ignored or temporary folders"; exit 1)
 
 validate: setup
 	bash ci/validate.sh

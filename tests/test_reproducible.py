@@ -59,7 +59,8 @@ def test_two_clean_clones_build_identical_bytes(tmp_path):
     assert first == second, "one commit, two clean clones: every file's sha256 must be equal"
     card = load_card(builds[0] / "card.yaml")
     assert card.training.git_commit == HEAD and card.training.reproducible is True
-    assert card.training.cpu is not None and card.training.cpu.model and "avx" in card.training.cpu.flags
+    assert card.training.cpu is not None and card.training.cpu.model and "avx2" in card.training.cpu.flags
+    assert card.training.cpu.kernels.startswith("torch pinned to avx2")
     for key in ("fp32", "int8-qat", "int8-ptq", "fp16"):
         assert read_metadata(builds[0] / card.variants[key].file)["zoo.git_commit"] == HEAD, key
     low, high = card.variants["fp32"].opset_range

@@ -9,7 +9,6 @@ regenerate the manifest. Hand-written card fields (description, task, licence, r
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from zoo.cards import CARD_FILE, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.derived import DEFAULT_SPECS, Origin, is_derived, make_derived, opset_range
 from zoo.errors import CardError, ZooError
-from zoo.provenance import COMMIT_ENV, cpu_info, require_clean
+from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import load_recipe
 from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.train.variants import FILES
@@ -82,7 +81,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     if trainable and trainable != ["*"]:  # the card's on-device split, recorded in the fp32 file's metadata
         overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
     command = [*train_command(recipe, architecture, nproc), *overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), COMMIT_ENV: commit}
+    env = build_environment(threads, commit)
     declared = {k: v for k, v in (raw.get("variants") or {}).items() if is_derived(v)}
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"

@@ -41,6 +41,7 @@ class Tensor(Strict):
 class Cpu(Strict):
     model: str  # /proc/cpuinfo "model name"
     flags: list[str]  # the ISA flags that change numerics (zoo.provenance.NUMERIC_FLAGS) this CPU has
+    kernels: str | None = None  # which libraries' kernels the build pinned to which ISA (zoo.provenance.KERNELS)
 
 
 class Training(Strict):

@@ -25,6 +25,20 @@ NUMERIC_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", 
                  "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
 
 
+# Builds pin torch's CPU kernels (ATen dispatch, MKL, oneDNN) to AVX2, the zoo's baseline CPU: measured here, the same
+# recipe trained on one AVX-512 machine gave other fp32 bytes with native dispatch than with these set, so without
+# them a build on an AVX-512 CPU could never be reproduced on an AVX2 one. onnxruntime's kernels (test data outputs,
+# PTQ calibration, federated clients) cannot be pinned: cards record the CPU flags for those.
+KERNEL_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+              "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+KERNELS = "torch pinned to avx2 (ATEN_CPU_CAPABILITY, MKL_CBWR, ONEDNN_MAX_CPU_ISA); onnxruntime native"
+
+
+def build_environment(threads: int, commit: str) -> dict[str, str]:
+    """The environment of a build's processes: fixed threads, the recorded commit, pinned torch kernels."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), COMMIT_ENV: commit, **KERNEL_ENV}
+
+
 def _git(*args: str, root: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
 
@@ -109,7 +123,7 @@ def cpu_info() -> dict:
                 break
     except OSError:
         pass
-    return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags]}
+    return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags], "kernels": KERNELS}
 
 
 def same_cpu(recorded: dict | None) -> bool:
