@@ -317,8 +317,9 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
              all_entries: bool = typer.Option(False, "--all", help="Every entry (the default)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON."),
              report: Optional[Path] = typer.Option(None, help="Also write a markdown report here (and .json beside it)."),
-             rebuild_budget: Optional[float] = typer.Option(None, help="Skip (and report) entries that no store has "
-                                                            "and whose rebuild takes longer than this many seconds."),
+             rebuild_budget: Optional[float] = typer.Option(None, help="Seconds of rebuilding for the whole run (cards' "
+                                                            "build times, cheapest entry first) for entries no store has; "
+                                                            "the rest are skipped and reported."),
              reproduce_budget: float = typer.Option(0.0, help="Also rebuild from scratch (recipe reproducibility) "
                                                     "entries a store had, when their build takes at most this long.")) -> None:
     """Re-measure every variant of every entry against its card; non-zero exit on any failure."""

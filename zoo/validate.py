@@ -112,7 +112,8 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
         cost = training.build_time_s or 0.0
         if rebuild_budget is not None and cost > rebuild_budget:
             rows.append(Row(entry.name, "*", "obtain", True, skipped=True,
-                            detail=f"no store has it and its rebuild takes ~{cost:.0f} s (> budget {rebuild_budget:.0f} s): "
+                            detail=f"no store has it and its rebuild takes ~{cost:.0f} s (> the {rebuild_budget:.0f} s "
+                                   "left of the run's rebuild budget): "
                                    "validated by `make validate-full` or against a published store"))
             return None
         log(f"[{entry.name}] not in any configured store: rebuilding from recipe {entry.card.training.recipe}")
@@ -399,11 +400,17 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
     committed = catalog.manifest_path()
     rows.append(Row("*", "*", "manifest", committed.exists() and committed.read_text() == catalog.manifest_text(),
                     detail=f"{committed.name} matches the cards" ))
+    # The rebuild budget is for the whole run: cheapest entries first, each rebuild spends its card's build time.
+    targets = sorted(targets, key=lambda n: catalog.get_card(n).training.build_time_s or float("inf"))
+    remaining = rebuild_budget
     with tempfile.TemporaryDirectory(prefix="zoo-validate-") as tmp:
         for name in targets:
             entry = catalog.get_entry(name)
             log(f"[{name}] validating")
-            rows += validate_entry(entry, Path(tmp), log, rebuild_budget, reproduce_budget)
+            entry_rows = validate_entry(entry, Path(tmp), log, remaining, reproduce_budget)
+            if remaining is not None and any(r.check == "obtain" and "rebuilt" in r.detail for r in entry_rows):
+                remaining -= entry.card.training.build_time_s or 0.0
+            rows += entry_rows
     return rows, time.perf_counter() - started
 
 
