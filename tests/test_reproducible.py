@@ -78,11 +78,13 @@ def test_dirty_tree_is_refused_and_allow_dirty_is_recorded(tmp_path):
     assert len(message) == 1 and "uncommitted changes outside the entries being built (zoo/stray.py)" in message[0]
     assert "--allow-dirty" in message[0] and "Traceback" not in refused.stderr
     assert sorted(p.name for p in (entries / "quick-digits").iterdir()) == ["card.yaml"], "nothing written"
-    allowed = _build(clone, entries, recipe, "--allow-dirty")
-    assert allowed.returncode == 0, allowed.stderr[-3000:]
-    card = load_card(entries / "quick-digits" / "card.yaml")
-    assert card.training.reproducible is False and card.training.git_commit == f"{HEAD}-dirty"
-    assert read_metadata(entries / "quick-digits" / "model.onnx")["zoo.git_commit"] == f"{HEAD}-dirty"
+    # --allow-dirty: the commit is stamped with '-dirty' and the build recorded as not reproducible
+    # (a whole --allow-dirty build runs in tests/test_validate.py whenever the developer's tree is dirty)
+    probe = ("from zoo.provenance import require_clean; from zoo.build import build_paths; "
+             "print(*require_clean(build_paths(['quick-digits']), True))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=clone, env={**os.environ, "PYTHONPATH": str(clone)},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [f"{HEAD}-dirty", "False"]
 
 
 def test_changes_inside_the_entries_being_built_are_allowed():
