@@ -75,6 +75,14 @@ def card(name: str) -> None:
     out.print(f"[bold]Produced by[/bold] {t.command}" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""))
     if t.library_versions:
         out.print("  " + ", ".join(f"{k} {v}" for k, v in t.library_versions.items()))
+    if t.git_commit:
+        out.print(f"  commit {t.git_commit}" + (" (reproducible: `zoo reproduce " + c.name + "`)" if t.reproducible
+                                                 else " (built from uncommitted changes: not reproducible)"))
+    if t.cpu:
+        out.print(f"  on {t.cpu.model} ({' '.join(t.cpu.flags)}); {t.cpu.kernels or 'native kernels'}")
+    fp32 = c.variants["fp32"]
+    if fp32.opset_range:
+        out.print(f"  opsets {fp32.opset_range[0]}-{fp32.opset_range[1]}: `zoo fetch {c.name} --opset N`")
 
 
 @app.command()
