@@ -113,8 +113,9 @@ def read_metadata(path: Path) -> dict[str, str]:
 ALIASES_KEY = "zoo.parameter_aliases"
 
 
-def parameter_aliases(onnx_model: onnx.ModelProto, model: torch.nn.Module) -> dict[str, str]:
-    """{parameter: initializer} for the parameters not stored under their own name (found by identical bytes)."""
+def parameter_aliases(onnx_model: onnx.ModelProto, model: torch.nn.Module) -> dict[str, str | None]:
+    """{parameter: initializer} for the parameters not stored under their own name (found by identical bytes);
+    None for parameters the graph does not use at all (e.g. a pooler under mean pooling)."""
     inits = {i.name: i for i in onnx_model.graph.initializer}
     by_bytes = {numpy_helper.to_array(i).tobytes() + str(tuple(i.dims)).encode(): i.name for i in inits.values()}
     aliases = {}
@@ -123,14 +124,14 @@ def parameter_aliases(onnx_model: onnx.ModelProto, model: torch.nn.Module) -> di
             continue
         value = param.detach().cpu().numpy()
         key = value.tobytes() + str(tuple(value.shape)).encode()
-        if key in by_bytes:
-            aliases[name] = by_bytes[key]
+        aliases[name] = by_bytes.get(key)
     return aliases
 
 
 def load_onnx_weights(path: Path, model: torch.nn.Module) -> torch.nn.Module:
     """Put an fp32 file's initializers back into the torch model it was exported from (by name, then by the
-    file's recorded aliases); every parameter must be found. Buffers the exporter folded keep the model's own."""
+    file's recorded aliases); every parameter must be found or recorded as unused by the graph (those, like the
+    buffers the exporter folded, keep the model's own values: no output depends on them)."""
     onnx_model = onnx.load(str(path))
     inits = {i.name: i for i in onnx_model.graph.initializer}
     aliases = json.loads(read_metadata(path).get(ALIASES_KEY, "{}"))
@@ -140,7 +141,7 @@ def load_onnx_weights(path: Path, model: torch.nn.Module) -> torch.nn.Module:
     for name, tensor in state.items():
         source = name if name in inits else aliases.get(name)
         if source is None:
-            if name in params:
+            if name in params and name not in aliases:
                 missing.append(name)
             continue
         value = torch.from_numpy(numpy_helper.to_array(inits[source]).copy())
