@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:099407e71758d5fc8579be4026fff865c077c009d91afcf262400c9d6fe1922d
+oid sha256:c3cc33186cb78e9dcde07659e99dbbcae8da1a42730ad2368a09594bdef283b9
 size 529

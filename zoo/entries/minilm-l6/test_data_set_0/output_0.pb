@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:78f147bd58155e29137748c3b49a7ebb147e297843229b999161cb9b5ddd8aaf
+oid sha256:93b31edea01c656ec60b9448412a9da1a4d1dee6ba946d779a3d8e67841e1551
 size 529
