@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from zoo.cards import FROM_FP32, ModelCard, Variant, from_fp32, is_primary  # noqa: F401 (re-exported)
+from zoo.cards import FROM_FP32, ModelCard, Variant
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
 
@@ -45,6 +45,7 @@ FEDERATED_TOLERANCE = 0.02  # a federated run re-made elsewhere: other CPU kerne
 
 # The lowest and highest opsets probed when `zoo build` measures which opsets a family exports correctly.
 OPSET_PROBE = (7, 20)
+AGREEMENT = 0.999  # another opset of the same weights must predict fp32's labels (rounding may flip a near-tie)
 
 
 def is_derived(spec: dict) -> bool:
@@ -106,6 +107,14 @@ def derive_file(key: str, fp32: Path, target: Path, origin: Origin, recipe=None,
     else:
         path = export.export_fp16(fp32, target)
     return export.stamp(path, key, inherited, source=fp32)
+
+
+def derive(key: str, variant: Variant, fp32: Path, target: Path, origin: Origin, opset: int | None = None) -> Path:
+    """Any file `zoo fetch` and `zoo validate` make from fp32: the card's variant `key`, or with `opset` the fp32
+    weights at that opset."""
+    if opset is not None:
+        return reexport_opset(fp32, opset, target, origin)
+    return derive_file(key, fp32, target, origin, fmt=variant.format)
 
 
 def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_args: dict | None = None) -> Path:
@@ -175,8 +184,6 @@ def opset_range(fp32: Path, origin: Origin, primary: int, model_args: dict | Non
             high += 1
     return low, high
 
-
-AGREEMENT = 0.999  # another opset of the same weights must predict fp32's labels (rounding may flip a near-tie)
 
 
 def evaluation_data(card: ModelCard, variant: Variant, split: str = "test") -> tuple[np.ndarray, np.ndarray]:

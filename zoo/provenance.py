@@ -126,9 +126,18 @@ def cpu_info() -> dict:
     return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags], "kernels": KERNELS}
 
 
-def same_cpu(recorded: dict | None) -> bool:
-    """Whether this machine has the ISA flags a card's build recorded (the model name may differ)."""
-    return recorded is not None and sorted(recorded.get("flags", [])) == sorted(cpu_info()["flags"])
+def machine_differences(cpu: dict | None, library_versions: dict[str, str]) -> list[str]:
+    """How this machine differs from a build's record (its CPU flags and library versions): empty when the same
+    bytes are promised here. The CPU model name may differ."""
+    here = cpu_info()["flags"]
+    differences = []
+    if cpu is None or sorted(cpu.get("flags", [])) != sorted(here):
+        differences.append(f"CPU flags {' '.join(here)} vs the build's "
+                           f"{' '.join(cpu['flags']) if cpu else 'unrecorded'}")
+    current = current_versions()
+    differences += [f"{k} {current.get(k)} vs the build's {v}" for k, v in library_versions.items()
+                    if current.get(k) != v]
+    return differences
 
 
 def current_versions() -> dict[str, str]:

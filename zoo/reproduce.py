@@ -20,7 +20,7 @@ from zoo.cards import CARD_FILE, ModelCard, load_card
 from zoo.catalog import Entry
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
-from zoo.provenance import commit_available, cpu_info, same_cpu
+from zoo.provenance import commit_available, machine_differences
 from zoo.store.pointer import pointer_for, read_pointer
 
 
@@ -41,9 +41,7 @@ class Reproduction:
     commit: str
     files: list[FileCheck]
     rebuilt_card: ModelCard
-    same_cpu: bool
-    same_libraries: bool
-    differences: list[str] = field(default_factory=list)  # why bytes may legitimately differ
+    differences: list[str] = field(default_factory=list)  # how this machine differs from the build's (CPU, libraries)
 
     @property
     def identical(self) -> bool:
@@ -52,7 +50,7 @@ class Reproduction:
     @property
     def comparable(self) -> bool:
         """Same CPU features and library versions as the card's build: bytes must then be identical."""
-        return self.same_cpu and self.same_libraries
+        return not self.differences
 
 
 def card_files(entry: Entry) -> dict[str, str]:
@@ -115,12 +113,5 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, capture_output=True)
             subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True)
-    differences = []
-    cpu_ok = same_cpu(t.cpu.model_dump() if t.cpu else None)
-    if not cpu_ok:
-        differences.append(f"CPU flags {' '.join(cpu_info()['flags'])} vs the card's "
-                           f"{' '.join(t.cpu.flags) if t.cpu else 'unrecorded'}")
-    libs = {k: (v, rebuilt.training.library_versions.get(k)) for k, v in t.library_versions.items()}
-    changed = {k: pair for k, pair in libs.items() if pair[0] != pair[1]}
-    differences += [f"{k} {new} vs the card's {old}" for k, (old, new) in changed.items()]
-    return Reproduction(entry.name, t.git_commit, files, rebuilt, cpu_ok, not changed, differences)
+    differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+    return Reproduction(entry.name, t.git_commit, files, rebuilt, differences)

@@ -28,9 +28,9 @@ from zoo import catalog
 from zoo.cards import ModelCard, load_card
 from zoo.catalog import Entry
 from zoo.cards import from_fp32
-from zoo.derived import Origin, derive_file, evaluation_data, reexport_opset
+from zoo.derived import Origin, derive, evaluation_data
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
-from zoo.provenance import current_versions, same_cpu
+from zoo.provenance import machine_differences
 from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch_object
 from zoo.store.pointer import Pointer, pointer_for, read_pointer
@@ -137,18 +137,15 @@ def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer
     rows = []
     fp32 = folder / entry.card.variants["fp32"].file
     origin = Origin.of(entry.card)
-    comparable = same_cpu(entry.card.training.cpu.model_dump() if entry.card.training.cpu else None) and all(
-        current_versions().get(k) == v for k, v in entry.card.training.library_versions.items())
+    t = entry.card.training
+    comparable = not machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
     for rel, pointer in to_derive:
         key, opset = _derivation(entry.card, rel)
         variant = entry.card.variants[key]
         log(f"[{entry.name}] {rel}: not in the store, deriving it from fp32")
         target = folder / rel
         try:
-            if opset is None:
-                derive_file(key, fp32, target, origin, fmt=variant.format)
-            else:
-                reexport_opset(fp32, opset, target, origin)
+            derive(key, variant, fp32, target, origin, opset)
         except Exception as exc:  # noqa: BLE001 - a failed derivation is a failed row
             rows.append(Row(entry.name, key, "derived", False, detail=f"{rel}: {str(exc)[:250]}"))
             continue

@@ -38,6 +38,11 @@ class ObjectCache:
         self.partials.mkdir(parents=True, exist_ok=True)
         return self.partials / f"{oid}.part"
 
+    def scratch(self) -> tempfile.TemporaryDirectory:
+        """A temporary folder on the cache's filesystem, so what is made there is admitted by a rename."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix="zoo-derive-", dir=self.root)
+
     def lock(self, oid: str) -> FileLock:
         """Held while an object is downloaded, so concurrent fetches download it once."""
         self.locks.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ file and checked against the card's sha256 before it is cached, like a download.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,8 +17,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from zoo.catalog import Entry, entries, get_entry
 from zoo.config import lfs_remote_urls
-from zoo.derived import AGREEMENT, Origin, derive_file, from_fp32, prediction_agreement, reexport_opset
+from zoo.cards import from_fp32
+from zoo.derived import AGREEMENT, Origin, derive, prediction_agreement, reexport_opset
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, ZooError
+from zoo.provenance import machine_differences
 from zoo.store.cache import ObjectCache, atomic_copy
 from zoo.store.pointer import Pointer, ensure_content, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import NotOnRemote, open_remote
@@ -126,25 +127,39 @@ def fetch(
     if not spec.built:
         raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet.{build_hint(entry)}")
     pointer = Pointer(spec.sha256, spec.size)
-    try:
-        path, source, resumed_from = fetch_object(
-            pointer,
-            f"{name} {variant}",
-            checkout_path=entry.variant_path(variant),
-            remotes=remotes,
-            build_hint=build_hint(entry),
-            show_progress=show_progress,
-            rate_limit=rate_limit,
-        )
-    except ObjectNotFoundError:
-        if not from_fp32(variant, spec):
-            raise
-        fp32 = fetch(name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
-        path = _derive_verified(entry, pointer, f"{name} {variant}",
-                                lambda target: derive_file(variant, fp32, target, Origin.of(entry.card), fmt=spec.format))
-        source, resumed_from = "derived from fp32", 0
+    path, source, resumed_from = _fetch_or_derive(entry, variant, None, pointer, f"{name} {variant}",
+                                                  entry.variant_path(variant), remotes, show_progress, rate_limit)
     result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics))
     return _deliver(result, dest, Path(spec.file).name)
+
+
+def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer, label: str, checkout: Path,
+                     remotes, show_progress: bool, rate_limit) -> tuple[Path, str, int]:
+    """Download the object; when no store has it and it is made from fp32 (a derived variant, or an opset the card
+    lists), make it from the fetched fp32 file and admit it only if it has the card's bytes."""
+    variant = entry.variant(key)
+    try:
+        return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes, build_hint=build_hint(entry),
+                            show_progress=show_progress, rate_limit=rate_limit)
+    except ObjectNotFoundError:
+        if opset is None and not from_fp32(key, variant):
+            raise
+    fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
+    cache = ObjectCache()
+    with cache.lock(pointer.oid):
+        if (hit := cache.get(pointer)) is not None:
+            return hit, "cache", 0
+        with cache.scratch() as tmp:
+            made = derive(key, variant, fp32, Path(tmp) / "derived", Origin.of(entry.card), opset)
+            got = pointer_for(made)
+            if got != pointer:
+                t = entry.card.training
+                differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+                raise IntegrityError(
+                    f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid} ("
+                    + ("; ".join(differences) if differences else "same CPU flags and libraries as the build")
+                    + "); nothing was cached")
+            return cache.admit(made, pointer, move=True, verified=True), "derived from fp32", 0
 
 
 def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None) -> FetchResult:
@@ -155,29 +170,6 @@ def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None
         atomic_copy(result.path, target)
     result.path = target
     return result
-
-
-def _derive_verified(entry: Entry, pointer: Pointer, label: str, make) -> Path:
-    """Make a derived file (`make(target)`) and admit it to the cache only if it has the card's bytes."""
-    cache = ObjectCache()
-    with cache.lock(pointer.oid):
-        if (hit := cache.get(pointer)) is not None:
-            return hit
-        with tempfile.TemporaryDirectory(prefix="zoo-derive-", dir=_mkdir(cache.root)) as tmp:
-            made = make(Path(tmp) / "derived")
-            got = pointer_for(made)
-            if got != pointer:
-                raise IntegrityError(
-                    f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid}: "
-                    f"this machine differs from the build's ({_build_machine(entry)}); nothing was cached")
-            return cache.admit(made, pointer, move=True, verified=True)
-
-
-def _build_machine(entry: Entry) -> str:
-    t = entry.card.training
-    cpu = f"{t.cpu.model}, {' '.join(t.cpu.flags)}" if t.cpu else "CPU not recorded"
-    libs = ", ".join(f"{k} {v}" for k, v in t.library_versions.items() if k in ("onnxruntime", "onnx", "torch"))
-    return f"{cpu}; {libs}" if libs else cpu
 
 
 def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_limit) -> FetchResult:
@@ -197,18 +189,13 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
     if opset in spec.extra_opsets:  # published: its pointer in the checkout names the bytes
         checkout = entry.dir / spec.extra_opsets[opset]
         pointer = read_pointer(checkout) or pointer_for(checkout)
-        try:
-            path, source, resumed = fetch_object(pointer, label, checkout_path=checkout, remotes=remotes,
-                                                 show_progress=show_progress, rate_limit=rate_limit)
-        except ObjectNotFoundError:
-            fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
-            path = _derive_verified(entry, pointer, label, lambda t: reexport_opset(fp32, opset, t, origin))
-            source, resumed = "derived from fp32", 0
+        path, source, resumed = _fetch_or_derive(entry, "fp32", opset, pointer, label, checkout, remotes,
+                                                 show_progress, rate_limit)
         return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid, source, resumed,
                            dict(spec.metrics))
     fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
     cache = ObjectCache()
-    with tempfile.TemporaryDirectory(prefix="zoo-derive-", dir=_mkdir(cache.root)) as tmp:
+    with cache.scratch() as tmp:
         made = reexport_opset(fp32, opset, Path(tmp) / "derived", origin)
         test = load_dataset(entry.card.dataset.name).test
         x = test.x.numpy()
@@ -221,11 +208,6 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
     return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid,
                        f"derived from fp32 (same predictions on {agreement:.2%} of {len(x)} test examples)", 0,
                        dict(spec.metrics))
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def build_hint(entry: Entry) -> str:
