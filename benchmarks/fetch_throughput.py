@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers import LfsServer, write_entry  # noqa: E402  (real server + real ONNX file)
 from zoo import catalog  # noqa: E402
-from zoo.store.cache import atomic_write_text  # noqa: E402
+from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
 from zoo.store.publish import publish  # noqa: E402
 

@@ -17,7 +17,7 @@ from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import latency_ms  # noqa: E402
-from zoo.store.cache import atomic_write_text  # noqa: E402
+from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
 
 

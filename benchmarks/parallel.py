@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zoo.store.cache import atomic_write_text  # noqa: E402
+from zoo.fsutil import atomic_write_text  # noqa: E402
 
 BIN = Path(sys.executable).parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from zoo.data import load_dataset  # noqa: E402
 from zoo.evaluate import latency_ms  # noqa: E402
 from zoo.models import model_spec  # noqa: E402
-from zoo.store.cache import atomic_write_text  # noqa: E402
+from zoo.fsutil import atomic_write_text  # noqa: E402
 
 
 def run(out: Path, model: str, steps: int, nproc: int) -> dict:

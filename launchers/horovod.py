@@ -13,12 +13,11 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from zoo.train.launch import launch  # noqa: E402
+from zoo.train.parallel.horovod import init_horovod  # noqa: E402
 
 if __name__ == "__main__":
     if "HOROVOD_RANK" not in os.environ:
         print("error: launchers/horovod.py runs under horovodrun, e.g. "
               "horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py --recipe qat-int8", file=sys.stderr)
         raise SystemExit(2)
-    from zoo.train.parallel.horovod import init_horovod  # noqa: E402
-
     launch("horovod", init=init_horovod)

@@ -11,7 +11,7 @@ from tests.helpers import card_dict, write_entry, zoo_cli
 from zoo import catalog
 from zoo.cards import load_card
 from zoo.errors import CardError, PointerFileError
-from zoo.store.fetch import require_content
+from zoo.catalog import require_content
 from zoo.store.pointer import pointer_for
 
 

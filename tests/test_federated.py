@@ -85,7 +85,7 @@ def test_mismatched_base_and_quantization_state_are_refused(tmp_path, base):
 
 def test_a_killed_client_is_dropped_without_breaking_the_round(tmp_path, base):
     result = federated(tmp_path, "run", *QUICK, "--onnx", str(base), "--output-dir", str(tmp_path / "out"),
-                       ZOO_FEDERATED_FAULT="1:2")
+                       ZOO_TEST_FAULT="federated-client@1:2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rounds = json.loads((tmp_path / "out" / "federated.json").read_text())["rounds"]
     assert rounds[0]["clients"] == [0, 1]
@@ -101,7 +101,7 @@ def test_server_restart_resumes_from_the_last_complete_round(tmp_path, base):
     clients = [subprocess.Popen([sys.executable, LAUNCHER, "client", *QUICK, "--onnx", str(base), "--server", url,
                                  "--client-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=tmp_path, env=env(tmp_path)) for i in range(2)]
-    first = federated(tmp_path, "serve", *common, "--port", str(port), ZOO_FEDERATED_SERVER_EXIT_AFTER="2")
+    first = federated(tmp_path, "serve", *common, "--port", str(port), ZOO_TEST_FAULT="federated-server@2")
     assert first.returncode == 19 and "exiting after round 2" in first.stdout
     time.sleep(1)
     second = federated(tmp_path, "serve", *common, "--port", str(port))

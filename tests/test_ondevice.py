@@ -17,8 +17,9 @@ from tests.helpers import quick_digits_entry, train_onnx, zoo_cli
 from zoo.data import load_dataset
 from zoo.evaluate import accuracy, predict
 from zoo.export import read_metadata
-from zoo.ondevice import (ARTIFACT_FILES, SPLIT_FILE, TRAINABLE_KEY, OnnxTrainer, finetune, float_weights,
-                         training_artifacts)
+from zoo.ondevice.engine import ARTIFACT_FILES, SPLIT_FILE, OnnxTrainer, training_artifacts
+from zoo.ondevice.finetune import finetune
+from zoo.ondevice.trainable import TRAINABLE_KEY, float_weights
 from zoo.store.pointer import read_pointer, sha256_file
 
 TINY_BERT = ["--model", "bert", "model_args.num_hidden_layers=2", "model_args.hidden_size=32",

@@ -220,7 +220,7 @@ RESUMABLE = [*CNN, "checkpoint.interval_steps=5"]
 def test_killed_rank_resumes_to_same_weights(tmp_path, launcher, strategy):
     run(torchrun(launcher, 2, tmp_path / "clean", *RESUMABLE, f"parallelism.strategy={strategy}"), tmp_path)
     cmd = torchrun(launcher, 2, tmp_path / "crashed", *RESUMABLE, f"parallelism.strategy={strategy}")
-    crashed = run([*cmd[:3], "--max-restarts=1", *cmd[3:]], tmp_path, ZOO_FAULT_INJECT="1:12")
+    crashed = run([*cmd[:3], "--max-restarts=1", *cmd[3:]], tmp_path, ZOO_TEST_FAULT="train-step@1:12")
     assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
     assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
 
@@ -232,7 +232,7 @@ def test_horovod_resumes_after_a_killed_rank(tmp_path):
 
     run(horovod("clean"), tmp_path)
     failed = subprocess.run(horovod("crashed"), capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                            env=env(tmp_path, ZOO_FAULT_INJECT="1:12"))
+                            env=env(tmp_path, ZOO_TEST_FAULT="train-step@1:12"))
     assert failed.returncode != 0  # horovodrun stops the job when a rank dies
     resumed = run(horovod("crashed", "--resume"), tmp_path)
     assert "resumed from the checkpoint at step 10" in resumed.stdout + resumed.stderr

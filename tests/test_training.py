@@ -87,7 +87,7 @@ def test_killed_rank_restarts_and_resumes_to_same_weights(tmp_path):
     args = ["--recipe", "fp32", "--no-tracking", *QUICK, "checkpoint.interval_steps=5"]
     train(tmp_path, "clean", *args, nproc=2)
     crashed = train(tmp_path, "crashed", *args, nproc=2, torchrun_args=("--max-restarts", "1"),
-                    extra_env={"ZOO_FAULT_INJECT": "1:12"})
+                    extra_env={"ZOO_TEST_FAULT": "train-step@1:12"})
     assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
     clean, resumed = _state(tmp_path, "clean"), _state(tmp_path, "crashed")
     assert all(torch.equal(clean[k], resumed[k]) for k in clean)

@@ -24,6 +24,6 @@ __version__ = "0.1.0"
 
 def fetch(name: str, variant: str = "fp32", dest: Path | None = None, **kwargs) -> Path:
     """Path to a verified copy of a model variant (see `zoo fetch`)."""
-    from zoo.store.fetch import fetch as _fetch
+    from zoo.store.fetch import fetch as _fetch  # lazy: `import zoo` stays light (no torch, no onnxruntime)
 
     return _fetch(name, variant, dest=dest, **kwargs).path

@@ -23,16 +23,20 @@ from onnx import numpy_helper
 from zoo import catalog
 from zoo.cards import CARD_FILE, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
-from zoo.derived import DEFAULT_SPECS, Origin, is_derived, make_derived, opset_range
+from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
+from zoo.evaluate import predict
+from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text
+from zoo.importer import convert, read_checkpoint, resolve_source
+from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import load_recipe
-from zoo.store.cache import atomic_copy, atomic_write_bytes, atomic_write_text
-from zoo.train.variants import FILES
+from zoo.store.fetch import fetch
+from zoo.train.summary import RunSummary
+from zoo.variants import KINDS, kind_of
+from zoo.variants.make import make_variant, spec_for
+from zoo.variants.opsets import Origin, opset_range
 
-# Re-measuring the same file on another CPU can move int8 results slightly (different kernels).
-TOLERANCE = {"fp32": 0.001, "fp16": 0.002, "int8-qat": 0.01, "int8-ptq": 0.01}
-VARIANT_SPEC = {"fp32": ("fp32", "none"), "fp16": ("fp16", "none"), "int8-qat": ("int8", "qat"), "int8-ptq": ("int8", "ptq")}
 TEST_DATA_EXAMPLES = 16
 
 
@@ -72,8 +76,6 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
     if training.get("imported_from") and not overrides:
         if training.get("import_source"):
-            from zoo.importer import import_entry, resolve_source
-
             return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log,
                                 allow_dirty=allow_dirty, writes=writes)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
@@ -82,7 +84,6 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
     command = [*train_command(recipe, architecture, nproc), *overrides]
     env = build_environment(threads, commit)
-    declared = {k: v for k, v in (raw.get("variants") or {}).items() if is_derived(v)}
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out)]
@@ -91,21 +92,23 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
         result = subprocess.run(full, cwd=REPO_ROOT, env=env)
         if result.returncode != 0:
             raise ZooError(f"building '{name}' failed: `{shlex.join(command)}` exited {result.returncode} (its output is above)")
-        summary = json.loads((out / "summary.json").read_text())
+        summary = RunSummary.read(out)
         _install_files(summary, out, entry_dir)
         _write_test_data(summary, out, entry_dir)
         _write_curve(summary, entry_dir)
+    declared = {k: v for k, v in (raw.get("variants") or {}).items()  # the card's kinds the run does not make
+                if k not in summary.variants and kind_of(k, v).made != "training"}
     raw.update(_measured_fields(summary, raw, command_shown or shlex.join(command), threads))
     raw["training"].update(git_commit=commit, reproducible=reproducible, cpu=cpu_info())
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
     fp32 = entry_dir / raw["variants"]["fp32"]["file"]
-    origin = Origin(architecture, recipe, summary["dataset"], trainable)
+    origin = Origin(architecture, recipe, summary.dataset, trainable)
     log(f"[{name}] measuring the opsets the family exports these weights at")
     raw["variants"]["fp32"]["opset_range"] = list(opset_range(fp32, origin, raw["variants"]["fp32"]["opset"],
                                                              load_recipe(recipe, model=architecture).model_args))
-    for key, spec in declared.items():  # derived from the new fp32 file, with training's thread count
-        raw["variants"][key] = make_derived(key, spec, fp32, entry_dir, trainable, summary["dataset"], log, env)
+    for key, spec in declared.items():  # the card's other kinds, made from the new fp32 file (training's threads)
+        raw["variants"][key] = make_variant(key, spec, fp32, entry_dir, origin, log, env)
     raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
@@ -114,51 +117,62 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
 
 
 def export_variant(name: str, key: str, log=print) -> Path:
-    """`zoo export NAME --variant KEY`: remake a derived variant from the entry's fetched fp32 file (no training)
-    and write its card fields. A card without the key gets the default spec (ort-training)."""
-    from zoo.store.fetch import fetch
-
+    """`zoo export NAME --variant KEY`: make a variant the training run does not make (a kind made from fp32, or a
+    retraining the card declares) from the entry's fetched fp32 file, and write its card fields."""
     card_path, raw = _raw_card(name)
-    spec = (raw.get("variants") or {}).get(key) or DEFAULT_SPECS.get(key)
-    if spec is None:
-        raise ZooError(f"'{name}' has no variant '{key}': declare it in {card_path} (`format: ort-training`, or "
-                       f"`recipe: <federated recipe>`), or export one of: {', '.join(DEFAULT_SPECS)}")
-    if not is_derived(spec):
-        raise ZooError(f"'{key}' is trained with the entry's recipe, not derived from fp32: `zoo build {name}` makes it")
+    variants = raw.get("variants") or {}
+    spec = spec_for(name, key, variants)
+    kind = kind_of(key, spec)
+    recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"]) if raw["training"].get("recipe") else None
+    if kind.made == "training" or (recipe is not None and key in recipe.export.variants):
+        raise ZooError(f"'{key}' is made by the training run of the entry's recipe, not from fp32 alone: "
+                       f"`zoo build {name}` makes it")
     card = catalog.get_card(name)
     fp32 = fetch(name, "fp32", show_progress=False).path
-    raw["variants"][key] = make_derived(key, spec, fp32, card_path.parent, card.trainable, card.dataset.name, log)
+    variants[key] = make_variant(key, spec, fp32, card_path.parent, Origin.of(card), log)
+    raw["variants"] = variants
     new = parse_card(raw, str(card_path))
     atomic_write_text(card_path, dump_card(new))
     catalog.write_manifest()
     return card_path.parent / new.variants[key].file
 
 
-def _install_files(summary: dict, out: Path, entry_dir: Path) -> None:
-    for v in summary["variants"].values():
-        atomic_copy(out / v["file"], entry_dir / v["file"])
-        for extra in v.get("extra_opsets", {}).values():
-            atomic_copy(out / extra["file"], entry_dir / extra["file"])
+def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=print, allow_dirty: bool = False,
+                 writes: list[str] | None = None) -> Path:
+    """`zoo import`: convert + parity-check an upstream checkpoint (zoo.importer), then fine-tune and build the
+    entry from it with `init_from`."""
+    read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
+    require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
+    weights, _, parity = convert(source.resolve(), name)
+    log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
+        f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
+    return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
+                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
+                 allow_dirty=allow_dirty, writes=writes)
 
 
-def _write_curve(summary: dict, entry_dir: Path, points: int = 200) -> None:
+def _install_files(summary: RunSummary, out: Path, entry_dir: Path) -> None:
+    for v in summary.variants.values():
+        atomic_copy(out / v.file, entry_dir / v.file)
+        for extra in v.extra_opsets.values():
+            atomic_copy(out / extra.file, entry_dir / extra.file)
+
+
+def _write_curve(summary: RunSummary, entry_dir: Path, points: int = 200) -> None:
     """The training loss per step (downsampled to at most `points` per phase): the docs plot it."""
     curve = {}
-    for phase, info in summary["phases"].items():
-        losses = info.get("losses", [])
+    for phase, info in summary.phases.items():
+        losses = info.losses
         stride = max(1, len(losses) // points)
         curve[phase] = {"step": list(range(0, len(losses), stride)), "loss": [round(v, 6) for v in losses[::stride]]}
     atomic_write_text(entry_dir / "training_curve.json", json.dumps(curve) + "\n")
 
 
-def _write_test_data(summary: dict, out: Path, entry_dir: Path) -> None:
+def _write_test_data(summary: RunSummary, out: Path, entry_dir: Path) -> None:
     """onnx/models' test_data_set layout: input_0.pb / output_0.pb, from the fp32 model on the eval split."""
-    from zoo.data import load_dataset
-    from zoo.evaluate import predict
-
-    split = load_dataset(summary["dataset"]).split(summary["eval_split"])
+    split = load_dataset(summary.dataset).split(summary.eval_split)
     x = split.x[:TEST_DATA_EXAMPLES].numpy()
-    y = predict(out / summary["variants"]["fp32"]["file"], x)
+    y = predict(out / summary.variants["fp32"].file, x)
     folder = entry_dir / "test_data_set_0"
     folder.mkdir(exist_ok=True)
     for filename, array, tensor_name in (("input_0.pb", x, "input"), ("output_0.pb", y, "logits")):
@@ -176,9 +190,7 @@ def describe(name: str) -> Path:
     variants = raw.get("variants") or {}
     for key in recipe.export.variants:
         if key not in variants or not variants[key].get("sha256"):
-            precision, quantization = VARIANT_SPEC[key]
-            variants[key] = {"file": FILES[key], "precision": precision, "quantization": quantization,
-                             "opset": max(recipe.export.opsets) if key != "int8-qat" else 20, "tolerance": TOLERANCE[key]}
+            variants[key] = KINDS[key].card_fields(max(recipe.export.opsets))
     raw["variants"] = variants
     card = parse_card(raw, str(card_path))
     atomic_write_text(card_path, dump_card(card))
@@ -187,9 +199,6 @@ def describe(name: str) -> Path:
 
 
 def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> dict:
-    from zoo.data import load_dataset
-    from zoo.models import build_model, count_params, model_spec
-
     data = load_dataset(dataset or model_spec(architecture).dataset)
     labels = data.labels
     dtype = str(data.train.x.dtype).removeprefix("torch.")
@@ -204,23 +213,22 @@ def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> 
     }
 
 
-def _measured_fields(summary: dict, raw: dict, command: str, threads: int) -> dict:
+def _measured_fields(summary: RunSummary, raw: dict, command: str, threads: int) -> dict:
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     variants = {}
-    for key, v in summary["variants"].items():
-        precision, quantization = VARIANT_SPEC[key]
+    for key, v in summary.variants.items():
         variants[key] = {
-            "file": v["file"], "precision": precision, "quantization": quantization, "opset": v["opset"],
-            "sha256": v["sha256"], "size": v["size"], "metrics": {"accuracy": v["accuracy"]},
-            "tolerance": TOLERANCE[key],
-            "extra_opsets": {int(o): e["file"] for o, e in v.get("extra_opsets", {}).items()},
+            **KINDS[key].card_fields(v.opset), "opset": v.opset, "sha256": v.sha256, "size": v.size,
+            "metrics": {"accuracy": v.accuracy},
+            "extra_opsets": {int(o): e.file for o, e in v.extra_opsets.items()},
         }
-    fields = _static_fields(recipe.model, recipe.model_args, summary["dataset"])
-    assert fields["num_params"] == summary["num_params"], "card and trained model disagree on parameter count"
+    fields = _static_fields(recipe.model, recipe.model_args, summary.dataset)
+    if fields["num_params"] != summary.num_params:
+        raise ZooError(f"card and trained model disagree on the parameter count ({fields['num_params']} vs "
+                       f"{summary.num_params}): the recipe's model_args changed during the build")
     return {
         **fields,
-        "training": {**(raw.get("training") or {}), "command": command, "seed": summary["seed"],
-                     "threads": threads,
-                     "library_versions": summary["library_versions"]},
+        "training": {**(raw.get("training") or {}), "command": command, "seed": summary.seed,
+                     "threads": threads, "library_versions": summary.library_versions},
         "variants": variants,
     }

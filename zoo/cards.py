@@ -13,7 +13,8 @@ from typing import Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from zoo.errors import CardError
+from zoo.errors import CardError, ZooError
+from zoo.variants import KINDS, kind_of
 
 CARD_FILE = "card.yaml"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -63,7 +64,7 @@ class Training(Strict):
 
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
 # onnx: one inference model. ort-training: a zip of onnxruntime-training artifacts (training, eval and optimizer
-# models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split.
+# models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split (zoo.variants).
 Format = Literal["onnx", "ort-training"]
 
 
@@ -91,30 +92,16 @@ class Variant(Strict):
             raise ValueError("sha256 and size are set together (both measured by `zoo build`) or not at all")
         if self.opset_range is not None and not self.opset_range[0] <= self.opset <= self.opset_range[1]:
             raise ValueError(f"opset_range {self.opset_range} does not contain the file's opset {self.opset}")
-        if self.format == "ort-training" and (self.precision, self.quantization, self.recipe) != ("fp32", "none", None):
-            raise ValueError("ort-training variants are made from the fp32 file as it is: precision fp32, "
-                             "quantization none, no recipe")
+        if self.format != "onnx":  # a file format is one kind, made from the fp32 file as it is
+            kind = next(k for k in KINDS.values() if k.format == self.format)
+            if (self.precision, self.quantization, self.recipe) != (kind.precision, kind.quantization, None):
+                raise ValueError(f"{kind.key} variants are made from the fp32 file as it is: precision "
+                                 f"{kind.precision}, quantization {kind.quantization}, no recipe")
         return self
 
     @property
     def built(self) -> bool:
         return self.sha256 is not None
-
-
-# ONNX variants onnxruntime's tools make from the fp32 file (key -> how), see zoo.derived.
-FROM_FP32 = {"int8-ptq": "onnxruntime quantize_static", "fp16": "fp16 conversion"}
-
-
-def from_fp32(key: str, spec: "dict | Variant") -> bool:
-    """A deterministic function of the fp32 file (int8-ptq, fp16, ort-training; other opsets too): `zoo fetch`
-    makes it when no store has it, and checks the card's sha256."""
-    fmt = spec.format if isinstance(spec, Variant) else spec.get("format", "onnx")
-    return key in FROM_FP32 or fmt == "ort-training"
-
-
-def is_primary(key: str, spec: "dict | Variant") -> bool:
-    """Needs training (fp32, int8-qat) or a retraining run (`recipe:`): a store must hold it."""
-    return not from_fp32(key, spec)
 
 
 class ModelCard(Strict):
@@ -140,6 +127,11 @@ class ModelCard(Strict):
     def _has_fp32(self) -> "ModelCard":
         if "fp32" not in self.variants:
             raise ValueError("variants: every entry has an 'fp32' variant (the reference the others are measured against)")
+        for key, variant in self.variants.items():
+            try:
+                kind_of(key, variant)
+            except ZooError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     def metric(self, variant: str) -> float | None:

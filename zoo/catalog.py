@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, is_primary, load_card
+from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.errors import UnknownModelError, ZooError
+from zoo.fsutil import atomic_write_text
+from zoo.store.pointer import ensure_content, pointer_for, read_pointer
+from zoo.variants import is_primary
 
 MANIFEST_FILE = "MANIFEST.json"
 # The README's catalog table (primaries' bytes per entry) sits between these markers; `zoo manifest` rewrites it.
@@ -118,8 +121,6 @@ def manifest_path(root: Path | None = None) -> Path:
 def write_manifest(root: Path | None = None) -> Path:
     """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`), and for the project's
     own catalog the README's size table."""
-    from zoo.store.cache import atomic_write_text
-
     reload()
     path = manifest_path(root)
     atomic_write_text(path, manifest_text(root))
@@ -145,8 +146,6 @@ def store_objects(entry: Entry, derived: bool = False) -> list[tuple[str, Path]]
 
 def primary_bytes(entry: Entry) -> int:
     """Bytes of what the store must hold for an entry (primaries + test data), from the cards and pointers."""
-    from zoo.store.pointer import pointer_for, read_pointer
-
     total = 0
     for key, path in store_objects(entry):
         if key in entry.card.variants:
@@ -180,3 +179,15 @@ def readme_text(text: str, root: Path | None = None) -> str:
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     return f"{head}{README_BEGIN}\n{readme_table(root)}\n{README_END}{tail}"
+
+
+def require_content(path: Path) -> Path:
+    """`path` if it holds real content; for a pointer, an error naming the exact `zoo fetch` command."""
+    path = Path(path).resolve()
+    if read_pointer(path) is None:
+        return path
+    for entry in entries().values():
+        for key in entry.card.variants:
+            if entry.variant_path(key) == path:
+                return ensure_content(path, f"`zoo fetch {entry.name} --variant {key}`")
+    return ensure_content(path)

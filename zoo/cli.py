@@ -12,7 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from zoo import catalog
+from zoo.config import lfs_remote_urls
 from zoo.errors import ZooError
+from zoo.fsutil import atomic_write_text
+from zoo.reproduce import reproduce as run_reproduce
+from zoo.store.publish import check_store as run_check
+from zoo.store.publish import publish as publish_entry
+from zoo.store.publish import store_size
+from zoo.store.serve import serve as run_server
+from zoo.variants import KINDS, kind_of
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="zoo: a model zoo whose every number is measured.")
 out = Console()
@@ -70,6 +78,8 @@ def card(name: str) -> None:
         table.add_row(key, kind, v.precision, v.quantization, str(v.opset), _metric(v.metrics.get(c.primary_metric)),
                       f"{v.tolerance}", _human(v.size), (v.sha256 or "not built")[:16])
     out.print(table)
+    for key, v in c.variants.items():
+        out.print(f"  {key}: {kind_of(key, v).summary}", highlight=False)
     out.print("[bold]Trainable on a device[/bold] " + ("every parameter" if c.trainable == ["*"] else ", ".join(c.trainable)))
     t = c.training
     out.print(f"[bold]Produced by[/bold] {t.command}" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""))
@@ -100,7 +110,7 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
 @app.command()
 def fetch(
     name: str,
-    variant: str = typer.Option("fp32", help="Variant to fetch (fp32, int8-qat, int8-ptq, fp16, …)."),
+    variant: str = typer.Option("fp32", help=f"Variant to fetch (the card's keys: {', '.join(KINDS)}, …)."),
     dest: Optional[Path] = typer.Option(None, help="Also copy the file into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     limit_rate: Optional[float] = typer.Option(None, help="Cap the download rate (bytes per second)."),
@@ -109,7 +119,7 @@ def fetch(
 ) -> None:
     """Get a model's weights, verified by sha256: checkout, cache, the configured LFS stores; derived variants
     (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked."""
-    from zoo.store.fetch import fetch as fetch_variant
+    from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
                            opset=opset)
@@ -130,8 +140,6 @@ def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
                                          "(int8-ptq, fp16, ort-training, other opsets).")) -> None:
     """Upload entries' built files (primaries: fp32, int8-qat, retrained; test data) to an LFS store and replace
     them with pointers in the checkout; prints the store's total size."""
-    from zoo.store.publish import publish as publish_entry, store_size
-
     targets = catalog.list_models() if all_entries else (names or [])
     if not targets:
         raise ZooError("name an entry to publish, or pass --all")
@@ -149,9 +157,6 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
                 derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the card objects a store is missing or holds corrupt (every byte is hashed); non-zero exit if any."""
-    from zoo.config import lfs_remote_urls
-    from zoo.store.publish import check_store as run_check
-
     stores = [store] if store else lfs_remote_urls()
     if not stores:
         raise ZooError("no store configured: name one, or set ZOO_LFS_URL")
@@ -192,7 +197,7 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
           allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted changes "
                                            "(recorded on the card as not reproducible).")) -> None:
     """Run entries' recipes end to end and write their cards' measured fields (from a clean, committed tree)."""
-    from zoo.build import build as build_entry, describe
+    from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     targets = catalog.list_models() if all_entries else (names or [])
     if all_entries:
@@ -211,8 +216,6 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
 @app.command()
 def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rebuild an entry at its card's recorded commit (temporary git worktree) and compare every file's sha256."""
-    from zoo.reproduce import reproduce as run_reproduce
-
     r = run_reproduce(catalog.get_entry(name), log=lambda m: err.print(m, markup=False))
     if as_json:
         print(json.dumps({"entry": r.entry, "commit": r.commit, "identical": r.identical, "comparable": r.comparable,
@@ -231,11 +234,12 @@ def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Pri
 
 
 @app.command("export")
-def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Derived variant(s) to make: ort-training "
-                                                            "(onnxruntime-training artifacts) or one the card declares "
-                                                            "with `recipe:` (federated retraining).")) -> None:
-    """Make derived variants from an entry's fetched fp32 file (no retraining) and write them into its card."""
-    from zoo.build import export_variant
+def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Variant(s) to make from the fp32 file ("
+                                                            + ", ".join(k for k, kind in KINDS.items() if kind.made == "fp32")
+                                                            + ") that the entry's recipe does not make, or one the card "
+                                                            "declares with `recipe:` (federated retraining).")) -> None:
+    """Make variants from an entry's fetched fp32 file (no retraining) and write them into its card."""
+    from zoo.build import export_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     for key in variant:
         path = export_variant(name, key, log=lambda m: err.print(m, markup=False))
@@ -251,7 +255,7 @@ def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Check
                allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted "
                                                 "changes (recorded as not reproducible).")) -> None:
     """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
-    from zoo.importer import import_entry
+    from zoo.build import import_entry  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False), allow_dirty=allow_dirty)
     out.print(f"imported {name}: {path}")
@@ -262,7 +266,7 @@ def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (
              split: str = typer.Option("test", help="Dataset split."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Fetch a model's variants and measure their accuracy with onnxruntime, next to the card's numbers."""
-    from zoo.evaluate import evaluate_variant
+    from zoo.validate import evaluate_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     card = catalog.get_card(name)
     keys = variant or [k for k, v in card.variants.items() if v.built]
@@ -289,8 +293,9 @@ def finetune(name: str,
              batch_size: int = typer.Option(32, min=1), seed: int = typer.Option(0),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Fine-tune an entry from its fp32 ONNX alone (onnxruntime-training) and measure the new model."""
-    from zoo.ondevice import finetune as run_finetune, load_npz, shifted_split
-    from zoo.store.fetch import fetch
+    from zoo.data.shifts import load_npz, shifted_split  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.ondevice.finetune import finetune as run_finetune  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.store.fetch import fetch  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     if not onnx_only:
         raise ZooError("zoo finetune trains the ONNX file: pass --onnx (PyTorch fine-tuning: torchrun launchers/ddp.py "
@@ -305,7 +310,7 @@ def finetune(name: str,
     fp32 = fetch(name, "fp32", show_progress=not as_json).path
     # The entry's published training artifacts when it has them (what a device downloads), else made here.
     published = next((fetch(name, k, show_progress=not as_json).path for k, v in card.variants.items()
-                      if v.format == "ort-training" and v.built), None)
+                      if kind_of(k, v).reference == "artifacts" and v.built), None)
     result = run_finetune(fp32, train, test, output, steps, lr, batch_size, seed, show_progress=not as_json,
                           published=published)
     if as_json:
@@ -331,8 +336,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
              reproduce_budget: float = typer.Option(0.0, help="Also rebuild from scratch (recipe reproducibility) "
                                                     "entries a store had, when their build takes at most this long.")) -> None:
     """Re-measure every variant of every entry against its card; non-zero exit on any failure."""
-    from zoo.store.cache import atomic_write_text
-    from zoo.validate import markdown_report, rows_json, validate as run_validation
+    from zoo.validate import markdown_report, rows_json, validate as run_validation  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
                                    rebuild_budget=rebuild_budget, reproduce_budget=reproduce_budget)
@@ -358,7 +362,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
 @app.command()
 def docs() -> None:
     """Generate the docs site's model pages and references from the cards (then `mkdocs build`)."""
-    from zoo.docs import generate
+    from zoo.docs import generate  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     for path in generate():
         out.print(f"wrote {path}")
@@ -369,8 +373,6 @@ def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
           host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8080),
           no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
     """Serve an LFS mirror (Batch API, resumable downloads) with giftless."""
-    from zoo.store.serve import serve as run_server
-
     err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs")
     run_server(storage, host, port, ranges=not no_ranges)
 

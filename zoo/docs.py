@@ -10,10 +10,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
+import torch
+import yaml
+
 from zoo import catalog
-from zoo.cards import ModelCard, is_primary
+from zoo.cards import ModelCard
 from zoo.config import REPO_ROOT
-from zoo.store.cache import atomic_write_text
+from zoo.fsutil import atomic_write_text
+from zoo.models import build_model
+from zoo.recipes import Recipe, load_recipe
+from zoo.variants import KINDS, kind_of
+
+matplotlib.use("Agg")  # files only, never a window
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -31,16 +41,12 @@ LAUNCHERS = [
 
 def launcher_commands(architecture: str, recipe: str) -> list[str]:
     """The training command of every launcher that supports this architecture."""
-    import torch
-
-    from zoo.models import build_model
-    from zoo.recipes import load_recipe
-
     with torch.device("meta"):  # capabilities only: no weights are allocated
         model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
     return [f"{command} --recipe {recipe} --model {architecture}{extra}   # {name}"
             for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
-VARIANT_ORDER = ["fp32", "int8-qat", "int8-ptq", "fp16"]
+# The models index shows one accuracy column per kind that asks for one.
+COLUMNS = [k for k, kind in KINDS.items() if kind.docs_column]
 
 
 def _load_json(path: Path) -> dict:
@@ -69,11 +75,6 @@ def _verdicts(validation: dict, name: str) -> dict[str, str]:
 
 
 def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     images = []
     curve = _load_json(folder / "training_curve.json")
     if curve:
@@ -109,15 +110,17 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
              f"**Parameters** {c.num_params:,} · **Licence** {c.license}", "", "## Variants", "",
              f"| variant | precision | quantization | opset | {c.primary_metric} | validation | latency b1 (ms) | "
-             "latency b32 (ms) | size | sha256 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "latency b32 (ms) | size | sha256 | made by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, v in c.variants.items():
         lat = latency.get(key, {})
-        label = f"{key} *" if v.recipe else key  # measured on its recipe's data
+        kind = kind_of(key, v)
+        label = f"{key} *" if kind.reference == "retrained" else key  # measured on its recipe's data
         lines.append(f"| {label} | {v.precision} | {v.quantization} | {v.opset} | "
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
                      f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
-                     f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` |")
-    if any(v.recipe for v in c.variants.values()):
+                     f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` | {kind.summary} |")
+    if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
         lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
@@ -127,10 +130,10 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
         lines += ["", f"Any opset from {fp32.opset_range[0]} to {fp32.opset_range[1]} (measured by `zoo build`: same "
                       f"predictions as fp32): `zoo fetch {c.name} --opset N` re-exports the fp32 weights through the "
                       "family's PyTorch definition and checks them on the test set."]
-    derived = [k for k, v in c.variants.items() if v.built and not is_primary(k, v)]
+    derived = [k for k, v in c.variants.items() if v.built and not kind_of(k, v).primary]
     if derived:
         lines += ["", "Primaries (trained, published to the store): "
-                      + ", ".join(f"`{k}`" for k, v in c.variants.items() if v.built and is_primary(k, v))
+                      + ", ".join(f"`{k}`" for k, v in c.variants.items() if v.built and kind_of(k, v).primary)
                       + ". Derived from fp32 (made by `zoo fetch` when no store has them, sha256-checked): "
                       + ", ".join(f"`{k}`" for k in derived) + "."]
     lines += ondevice_section(c)
@@ -169,8 +172,8 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
 
 def ondevice_section(c) -> list[str]:
     """What a device may train (the card's split), the published training artifacts and federated variants."""
-    artifacts = {k: v for k, v in c.variants.items() if v.format == "ort-training"}
-    retrained = {k: v for k, v in c.variants.items() if v.recipe is not None}
+    artifacts = {k: v for k, v in c.variants.items() if kind_of(k, v).reference == "artifacts"}
+    retrained = {k: v for k, v in c.variants.items() if kind_of(k, v).reference == "retrained"}
     split = ("every parameter" if c.trainable == ["*"] else
              ", ".join(f"`{g}`" for g in c.trainable) + " (the rest frozen)")
     lines = ["", "## On-device and federated training", "",
@@ -201,15 +204,15 @@ def ondevice_section(c) -> list[str]:
 def index_page(entries: dict, latency: dict, validation: dict) -> str:
     lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
-             "| model | task | params | fp32 | int8-qat | int8-ptq | fp16 | size (fp32) | fp32 latency b32 (ms) | opsets |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"| model | task | params | {' | '.join(COLUMNS)} | size (fp32) | fp32 latency b32 (ms) | opsets |",
+             "| --- | --- | --- |" + " --- |" * len(COLUMNS) + " --- | --- | --- |"]
     for name, entry in entries.items():
         c = entry.card
-        metric = {k: _fmt(c.metric(k)) if k in c.variants else "–" for k in VARIANT_ORDER}
+        metric = " | ".join(_fmt(c.metric(k)) if k in c.variants else "–" for k in COLUMNS)
         opsets = sorted({v.opset for v in c.variants.values()} | {o for v in c.variants.values() for o in v.extra_opsets})
         lat = latency.get(name, {}).get("fp32", {}).get("batch32")
-        lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric['fp32']} | {metric['int8-qat']} | "
-                     f"{metric['int8-ptq']} | {metric['fp16']} | {_size(c.variants['fp32'].size)} | {_fmt(lat, 3)} | "
+        lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric} | "
+                     f"{_size(c.variants['fp32'].size)} | {_fmt(lat, 3)} | "
                      f"{', '.join(map(str, opsets))} |")
     if validation:
         lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "
@@ -218,8 +221,6 @@ def index_page(entries: dict, latency: dict, validation: dict) -> str:
 
 
 def recipes_reference() -> str:
-    from zoo.recipes import Recipe
-
     lines = ["# Recipe reference", "", "Generated from the recipe schema (`zoo/recipes.py`). Any field can be overridden "
              "on the command line as `key=value` (dotted for sections, e.g. `optimizer.lr=0.01`).", ""]
 
@@ -239,8 +240,6 @@ def recipes_reference() -> str:
     describe(Recipe)
     recipes = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
     lines += ["## Recipes in this repository", "", "| recipe | description |", "| --- | --- |"]
-    import yaml
-
     for path in recipes:
         data = yaml.safe_load(path.read_text())
         lines.append(f"| `{path.stem}` | {' '.join(str(data.get('description', '')).split())} |")
@@ -262,7 +261,27 @@ def generate() -> list[Path]:
     atomic_write_text(models / "index.md", index_page(entries, latency_all, validation))
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
     atomic_write_text(DOCS / "reference" / "benchmarks.md", benchmarks_page())
-    return [*written, models / "index.md", DOCS / "reference" / "recipes.md", DOCS / "reference" / "benchmarks.md"]
+    atomic_write_text(DOCS / "reference" / "variants.md", kinds_reference())
+    return [*written, models / "index.md", *(DOCS / "reference" / f"{page}.md" for page in ("recipes", "benchmarks", "variants"))]
+
+
+def kinds_reference() -> str:
+    """The variant kinds table (zoo.variants), as the code reads it."""
+    lines = ["# Variant kinds", "", "Generated from the one table of variant kinds (`zoo/variants/__init__.py`): build, export, "
+             "fetch, validate, evaluate, the docs and the CLI all read these fields.", "",
+             "| kind | file | precision | quantization | made | how | re-measured within | compared with fp32 by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    made = {"training": "by training (published)", "fp32": "from the fp32 file (`zoo fetch` makes it)",
+            "retraining": "by a retraining recipe (published)"}
+    reference = {"outputs": "logits within {atol}", "labels": "labels agree on {agreement:.0%}",
+                 "artifacts": "its untouched export, as fp32", "retrained": "the fp32 sha256 it started from"}
+    for k, kind in KINDS.items():
+        compared = reference[kind.reference].format(atol=kind.atol, agreement=kind.label_agreement)
+        lines.append(f"| `{k}` | `{kind.file}` | {kind.precision} | {kind.quantization} | {made[kind.made]} | "
+                     f"{kind.summary} | {kind.tolerance} | {compared} |")
+    lines += ["", "int8 kinds also keep their accuracy drop against fp32 within the recipe's "
+                  "`quantization.max_accuracy_drop`."]
+    return "\n".join(lines) + "\n"
 
 
 BENCHMARK_PAGES = ["parallel.md", "training.md", "fetch_throughput.md", "validation.md"]

@@ -1,4 +1,6 @@
-"""Measure ONNX files with real onnxruntime sessions: accuracy on a dataset split, kernel types, latency."""
+"""Measure ONNX files with real onnxruntime sessions: logits, accuracy, kernel types, latency.
+
+The bottom of the measuring stack: it knows ONNX files and arrays, not cards, stores or kinds."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from zoo.store.fetch import require_content
+from zoo.catalog import require_content
 
 
 def session(path: Path, threads: int = 1, optimized_to: Path | None = None) -> ort.InferenceSession:
@@ -31,8 +33,13 @@ def predict(path: Path, x: np.ndarray, batch_size: int = 256, threads: int = 1) 
     return np.concatenate(outputs).astype(np.float32)
 
 
+def label_accuracy(logits: np.ndarray, y: np.ndarray) -> float:
+    """Share of examples whose highest logit is the label: the zoo's one definition of accuracy."""
+    return float((np.asarray(logits).argmax(axis=1) == y).mean())
+
+
 def accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
-    return float((predict(path, x).argmax(axis=1) == y).mean())
+    return label_accuracy(predict(path, x), y)
 
 
 def kernel_types(path: Path) -> set[str]:
@@ -58,21 +65,3 @@ def latency_ms(path: Path, x: np.ndarray, repeats: int = 20, threads: int = 1) -
         sess.run(None, {name: x})
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1000)
-
-
-def evaluate_variant(name: str, variant: str = "fp32", split: str = "test", show_progress: bool = True) -> dict:
-    """Fetch a catalog variant (verified) and measure its accuracy on a split of the data its card metric is
-    measured on (the card's dataset; a retraining recipe's data for retrained variants)."""
-    from zoo.catalog import get_card
-    from zoo.derived import evaluation_data, inference_model
-    from zoo.store.fetch import fetch
-
-    card = get_card(name)
-    fetched = fetch(name, variant, show_progress=show_progress)
-    spec = card.variants[variant]
-    x, y = evaluation_data(card, spec, split)
-    with inference_model(fetched.path, spec) as model:
-        measured = accuracy(model, x, y)
-    claimed = card.metric(variant)
-    return {"name": name, "variant": variant, "split": split, "accuracy": measured, "card": claimed,
-            "delta": None if claimed is None else measured - claimed, "path": str(fetched.path), "source": fetched.source}

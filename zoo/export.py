@@ -22,14 +22,21 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+from onnxruntime.transformers.float16 import convert_float_to_float16
+
+from zoo.fsutil import atomic_write_bytes, replace_into
+from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, TRAINABLE_KEY, trainable_initializers
+from zoo.store.pointer import sha256_file
+from zoo.variants import KINDS
+
 # The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-from zoo.store.cache import atomic_write_bytes, replace_into
-from zoo.store.pointer import sha256_file
 
 METADATA_KEYS = {
     "zoo.model": "catalog / architecture name",
-    "zoo.variant": "fp32 | fp16 | int8-qat | int8-ptq",
+    "zoo.variant": "the variant kind: " + " | ".join(k for k, kind in KINDS.items() if kind.format == "onnx"),
     "zoo.precision.weights": "storage type of the weights (fp32, fp16, int8)",
     "zoo.precision.activations": "type of activations between ops (fp32, fp16, uint8)",
     "zoo.precision.compute": "arithmetic the kernels are meant to use (fp32, fp16, int8 u8xs8)",
@@ -55,25 +62,7 @@ __doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
 FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs", "zoo.parameter_aliases"}
 # What a file made from the fp32 file inherits from it: the same model, recipe and build.
 INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit")
-# Embedding tables in int8 files: s8 per row (symmetric), gathered as int8 and scaled after the lookup.
-EMBEDDING_SCHEME = "embedding tables s8 per-row symmetric (weight-only, gathered then scaled)"
 RETRAINED_KEYS = {"zoo.finetuned_from_sha256", "zoo.finetune", "zoo.federated"}
-
-PRECISION_METADATA = {
-    "fp32": {"zoo.precision.weights": "fp32", "zoo.precision.activations": "fp32",
-             "zoo.precision.compute": "fp32", "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"},
-    "fp16": {"zoo.precision.weights": "fp16", "zoo.precision.activations": "fp16",
-             "zoo.precision.compute": "fp16", "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"},
-    "int8-qat": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
-                 "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
-                 "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor affine (7-bit range), "
-                                     "weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME},
-    "int8-ptq": {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
-                 "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32",
-                 "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, activations u8 "
-                                     "per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME},
-}
-
 
 def inherited_metadata(fp32_path: Path) -> dict[str, str]:
     """The provenance keys a derived file copies from the fp32 file it was made from (so deriving it again, anywhere,
@@ -91,7 +80,7 @@ def stamp(path: Path, variant: str, common: dict[str, str], source: Path | None 
     """Write the zoo's metadata into an ONNX file (replacing any it had), then check the file."""
     model = onnx.load(str(path))
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    props = {**common, **PRECISION_METADATA[variant], "zoo.variant": variant, "zoo.opset": str(opset)}
+    props = {**common, **KINDS[variant].metadata, "zoo.variant": variant, "zoo.opset": str(opset)}
     if source is not None:
         props["zoo.source_sha256"] = sha256_file(source)
     return write_metadata(model, props, path)
@@ -318,11 +307,16 @@ class _Calibration:
         return next(self._items, None)
 
 
+def fp32_metadata(onnx_model: onnx.ModelProto, model: torch.nn.Module, patterns: list[str] | None) -> dict[str, str]:
+    """The keys only fp32 files carry: the on-device training split and the parameter aliases."""
+    params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
+    names = trainable_initializers(onnx_model, params, patterns)
+    return {TRAINABLE_KEY: json.dumps(names), TRAINABLE_GLOBS_KEY: json.dumps(patterns or ["*"]),
+            ALIASES_KEY: json.dumps(parameter_aliases(onnx_model, model), sort_keys=True)}
+
+
 def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, op_types: list[str] | None = None) -> Path:
     """Post-training static quantization with onnxruntime: the baseline QAT is compared against."""
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
     tmp, prepared = path.with_suffix(".ptq.tmp"), path.with_suffix(".pre.tmp")
     quant_pre_process(str(fp32_path), str(prepared))  # shape inference + folding, as ORT recommends
@@ -339,8 +333,19 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, 
 
 def export_fp16(fp32_path: Path, path: Path) -> Path:
     """fp16 weights and compute, fp32 inputs/outputs (Cast at the edges) so callers feed the same arrays."""
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
     model = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
     topological_sort(model.graph)  # the converter appends its input Casts at the end
     return _atomic_save(model, path)
+
+
+def export_int8_dynamic(fp32_path: Path, path: Path, op_types: list[str] | None = None) -> Path:
+    """Dynamic quantization with onnxruntime: int8 weights, activations quantized per batch inside the integer ops
+    (no calibration data), embedding tables as in the other int8 files."""
+    tmp, prepared = path.with_suffix(".dyn.tmp"), path.with_suffix(".pre.tmp")
+    quant_pre_process(str(fp32_path), str(prepared))
+    quantize_dynamic(str(prepared), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=op_types)
+    prepared.unlink()
+    _atomic_save(quantize_embeddings(onnx.load(str(tmp))), path)
+    tmp.unlink()
+    return path

@@ -4,7 +4,8 @@
    against the upstream implementation (transformers' BertModel) on real inputs, in torch and through
    an fp32 ONNX export of the encoder run by onnxruntime.
 2. Fine-tune a classifier head on the entry's task with the entry's recipe (the one trainer, torchrun),
-   export every variant and measure it: `zoo build` with `init_from` pointing at the converted weights.
+   export every variant and measure it: `zoo build` with `init_from` pointing at the converted weights
+   (zoo.build.import_entry).
 """
 
 from __future__ import annotations
@@ -14,16 +15,24 @@ import os
 import tempfile
 from pathlib import Path
 
+import importlib
+
 import numpy as np
 import torch
+from safetensors.torch import load_file
+from transformers import BertModel as UpstreamBert
 
 from zoo.config import zoo_home
+from zoo.data import load_dataset
 from zoo.errors import ZooError
+from zoo.evaluate import predict
+from zoo.export import export_fp32
+from zoo.models.bert import BertConfig, BertModel
 
 PARITY_ATOL = 1e-4
 
 
-def _read_checkpoint(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+def read_checkpoint(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     config_path, weights_path = folder / "config.json", folder / "model.safetensors"
     for path in (config_path, weights_path):
         if not path.exists():
@@ -32,7 +41,6 @@ def _read_checkpoint(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     config = json.loads(config_path.read_text())
     if config.get("model_type") != "bert":
         raise ZooError(f"{config_path}: model_type is {config.get('model_type')!r}; zoo import handles 'bert' checkpoints")
-    from safetensors.torch import load_file
 
     state = load_file(str(weights_path))
     # BertForX checkpoints prefix the encoder with "bert."; BertModel ones don't.
@@ -43,9 +51,7 @@ def _read_checkpoint(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
 
 def convert(folder: Path, name: str) -> tuple[Path, dict, dict]:
     """Converted classifier-ready weights (bert.* keys) under $ZOO_HOME/imports/<name>/, plus the config."""
-    from zoo.models.bert import BertConfig, BertModel
-
-    config, state = _read_checkpoint(folder)
+    config, state = read_checkpoint(folder)
     model = BertModel(BertConfig.from_hf(config))
     result = model.load_state_dict(state, strict=False)
     if result.unexpected_keys or [k for k in result.missing_keys if not k.startswith("pooler.")]:
@@ -63,14 +69,6 @@ def convert(folder: Path, name: str) -> tuple[Path, dict, dict]:
 
 def check_parity(folder: Path, model: torch.nn.Module) -> dict:
     """Max |difference| of last hidden states vs transformers' BertModel, in torch and via our ONNX export."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never ask the hub
-    try:
-        from transformers import BertModel as UpstreamBert
-    except ImportError:
-        raise ZooError("parity checks need the upstream implementation: `pip install transformers` (make setup does)") from None
-    from zoo.data import load_dataset
-    from zoo.evaluate import predict
-    from zoo.export import export_fp32
 
     upstream = UpstreamBert.from_pretrained(str(folder), local_files_only=True).eval()
     model.eval()
@@ -96,26 +94,9 @@ def resolve_source(spec: str) -> Path:
     if kind != "python-package" or "/" not in where:
         raise ZooError(f"import_source {spec!r}: expected python-package:<module>/<folder>")
     module, folder = where.split("/", 1)
-    import importlib
 
     try:
         package = importlib.import_module(module)
     except ImportError:
         raise ZooError(f"import_source {spec!r}: the package providing '{module}' is not installed (make setup installs it)") from None
     return Path(package.__file__).parent / folder
-
-
-def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=print, allow_dirty: bool = False,
-                 writes: list[str] | None = None) -> Path:
-    """Convert + parity-check an upstream checkpoint, then fine-tune and build the entry with `init_from`."""
-    from zoo.build import build, build_paths
-    from zoo.provenance import require_clean
-
-    _read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
-    require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
-    weights, _, parity = convert(source.resolve(), name)
-    log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
-        f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
-    return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
-                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
-                 allow_dirty=allow_dirty, writes=writes)

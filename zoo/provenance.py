@@ -8,6 +8,7 @@ floating-point and int8 results (AVX2/FMA, AVX-512, VNNI, AMX).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -141,19 +142,14 @@ def machine_differences(cpu: dict | None, library_versions: dict[str, str]) -> l
 
 
 def current_versions() -> dict[str, str]:
-    """The versions a card's build records (training.library_versions): they decide the bytes with the CPU."""
-    import contextlib
-
-    import onnx
-    import onnxruntime
-    import torch
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__,
-                "onnxruntime": onnxruntime.__version__}
-    with contextlib.suppress(ImportError):
-        import torchao
-
-        versions["torchao"] = torchao.__version__
+    """The versions a card's build records (training.library_versions): they decide the bytes with the CPU. Read
+    from the installed distributions' metadata (the modules' own __version__), without importing them."""
+    providers = importlib.metadata.packages_distributions()
+    versions = {"python": platform.python_version()}
+    for module in ("torch", "onnx", "onnxruntime", "torchao"):
+        for dist in providers.get(module, []):
+            versions[module] = importlib.metadata.version(dist)
+            break
     return versions
 
 

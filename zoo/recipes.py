@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from zoo.cards import validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
+from zoo.variants import recipe_kinds
 
 RECIPES_DIR = REPO_ROOT / "recipes"
 
@@ -42,7 +43,6 @@ class Quantization(Strict):
     # QAT fine-tunes the trained fp32 model with fake quantization for this many optimizer steps.
     qat_steps: int = Field(100, ge=1)
     qat_lr: float = Field(1e-4, gt=0)
-    start_from: Literal["train", "fetch"] = "train"  # train fp32 first, or start from the zoo's fp32 weights
     max_accuracy_drop: float = Field(0.005, ge=0)  # int8 vs fp32 bound (absolute, 0.005 = 0.5 points)
     calibration_batches: int = Field(8, ge=1)  # for the PTQ baseline
     # Op types the PTQ baseline quantizes; None = onnxruntime's default set. Transformers list only the
@@ -64,8 +64,9 @@ class Parallelism(Strict):
 
 
 class Export(Strict):
-    # [] trains only: no evaluation and no export (benchmark runs)
-    variants: list[Literal["fp32", "fp16", "int8-qat", "int8-ptq"]] = ["fp32"]
+    # The variant kinds the training run makes and measures (zoo.variants: those with in_recipe); [] trains only: no
+    # evaluation and no export (benchmark runs).
+    variants: list[str] = ["fp32"]
     opsets: list[int] = [17]
     # Parameter-name globs on-device training may change, recorded in the fp32 file (zoo.trainable); None: all.
     # `zoo build` sets it from the card's `trainable` (the card is where an entry's split lives).
@@ -73,6 +74,9 @@ class Export(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "Export":
+        unknown = [v for v in self.variants if v not in recipe_kinds()]
+        if unknown:
+            raise ValueError(f"variants {unknown} unknown; a recipe exports: {', '.join(recipe_kinds())}")
         bad = [o for o in self.opsets if not 13 <= o <= 20]
         if bad:
             raise ValueError(f"opsets {bad} unsupported: per-channel QDQ needs >= 13, ORT 1.19 runs <= 20")

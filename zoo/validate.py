@@ -1,11 +1,11 @@
 """`zoo validate`: re-measure every variant of every entry, every time (what the ONNX Model Zoo's CI never did).
 
-For each entry: obtain its files (configured LFS remotes, else a rebuild from its recipe in a scratch copy,
-so the checkout is never touched), then for each variant on the card:
-  sha256 against the card (and whether a rebuild reproduced it), onnx.checker full check,
-  the stored test_data_set_* through onnxruntime (fp32/fp16 outputs within tolerance; int8 by labels),
-  accuracy on the evaluation split against the card (minus its tolerance) and the int8 drop vs fp32,
-  every extra opset giving the reference predictions; and the manifest against the cards.
+For each entry: obtain its files (configured LFS remotes; derived files no store has made from fp32 and checked
+against the card; else a rebuild from its recipe in a scratch copy, so the checkout is never touched), check each
+file's sha256 against the card (and whether a rebuild reproduced it), then run the checks its kind calls for
+(zoo.variants.checks: onnx.checker, the stored test_data_set_* outputs, accuracy against the card minus its
+tolerance, the int8 drop bound, other opsets, on-device training steps); and the manifest against the cards.
+This module obtains, orchestrates and reports; `zoo evaluate` is its one-variant, no-checks sibling.
 """
 
 from __future__ import annotations
@@ -17,49 +17,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-
-import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from zoo import catalog
 from zoo.cards import ModelCard, load_card
 from zoo.catalog import Entry
-from zoo.cards import from_fp32
-from zoo.derived import Origin, derive, evaluation_data
+from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
+from zoo.evaluate import accuracy
 from zoo.provenance import machine_differences
 from zoo.reproduce import reproduce
-from zoo.store.fetch import fetch_object
+from zoo.store.fetch import fetch, fetch_object
 from zoo.store.pointer import Pointer, pointer_for, read_pointer
-
-OUTPUT_RTOL = OUTPUT_ATOL = 1e-3
-FP16_ATOL = 2e-2  # fp16 arithmetic: logits agree to about 1e-2
-INT8_LABEL_AGREEMENT = 0.9
-MAX_INT8_DROP = 0.005
-
-
-@dataclass
-class Row:
-    entry: str
-    variant: str
-    check: str
-    ok: bool
-    measured: float | None = None
-    card: float | None = None
-    detail: str = ""
-    skipped: bool = False  # not measured this run (said so in the report), never silently
-
-    @property
-    def verdict(self) -> str:
-        return "skip" if self.skipped else "pass" if self.ok else "FAIL"
-
-    @property
-    def delta(self) -> float | None:
-        return None if self.measured is None or self.card is None else self.measured - self.card
-
+from zoo.variants import kind_of, made_from_fp32
+from zoo.variants.checks import EntryChecks, Row, load_test_sets, variant_rows
+from zoo.variants.make import derive, evaluation_data, inference_model
+from zoo.variants.opsets import Origin
 
 def _variant_of(card: ModelCard, rel: Path) -> str:
     for key, variant in card.variants.items():
@@ -71,7 +45,7 @@ def _variant_of(card: ModelCard, rel: Path) -> str:
 def _derivation(card: ModelCard, rel: Path):
     """(variant key, opset or None) when the file is one `zoo fetch` makes from fp32, else None."""
     for key, variant in card.variants.items():
-        if str(rel) == variant.file and from_fp32(key, variant):
+        if str(rel) == variant.file and made_from_fp32(key, variant):
             return key, None
         for opset, file in variant.extra_opsets.items():
             if str(rel) == file:
@@ -199,23 +173,8 @@ def _reproduce(entry: Entry, scratch: Path, log) -> list[Row]:
     return rows
 
 
-def _load_test_sets(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
-    sets = []
-    for test_dir in sorted(folder.glob("test_data_set_*")):
-        tensors = []
-        for name in ("input_0.pb", "output_0.pb"):
-            proto = onnx.TensorProto()
-            proto.ParseFromString((test_dir / name).read_bytes())
-            tensors.append(numpy_helper.to_array(proto))
-        sets.append((tensors[0], tensors[1]))
-    return sets
-
-
 def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float | None = None,
                    reproduce_budget: float = 0.0) -> list[Row]:
-    from zoo.data import load_dataset
-    from zoo.evaluate import predict
-
     rows: list[Row] = []
     card = entry.card
     built = {k: v for k, v in card.variants.items() if v.built}
@@ -228,14 +187,11 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     cheap = (entry.card.training.build_time_s or float("inf")) <= reproduce_budget
     if source == "store" and cheap and not entry.card.training.imported_from and entry.card.training.git_commit:
         rows += _reproduce(entry, scratch, log)
-    test_sets = _load_test_sets(folder)
+    test_sets = load_test_sets(folder)
     rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
     split = load_dataset(card.dataset.name).test
-    x, y = split.x.numpy(), split.y.numpy()
-    reference_labels = fp32_logits = None
-    fp32_accuracy = None
-    has_artifacts = any(v.format == "ort-training" for v in built.values())
+    checks = EntryChecks(card, measured_card, folder, scratch, split.x.numpy(), split.y.numpy(), test_sets)
     for key, variant in built.items():
         path = folder / variant.file
         new = measured_card.variants.get(key)
@@ -248,144 +204,22 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
             same = (actual.oid, actual.size) == (variant.sha256, variant.size)
             rows.append(Row(entry.name, key, "sha256", same, detail=f"equals the card's ({variant.sha256})" if same else
                             f"file {actual.oid} ({actual.size} bytes), card {variant.sha256} ({variant.size} bytes)"))
-        if variant.format == "ort-training":
-            rows += _artifact_rows(entry.name, key, variant, path, folder / built["fp32"].file, fp32_logits, test_sets,
-                                   x, y, scratch)
-            continue
-        try:
-            onnx.checker.check_model(str(path), full_check=True)
-            rows.append(Row(entry.name, key, "onnx.checker", True))
-        except Exception as exc:  # noqa: BLE001 - any checker failure is a failed row
-            rows.append(Row(entry.name, key, "onnx.checker", False, detail=str(exc)[:200]))
-            continue
-        if variant.recipe is not None:  # retrained weights: the stored reference outputs are fp32's, not its own
-            rows.append(_retrained_from_row(entry.name, key, path, measured_card if source == "rebuilt" else card))
-            x_eval, y_eval = evaluation_data(card, variant)
-        else:
-            rows += _test_set_rows(entry.name, key, variant.precision, path, test_sets)
-            x_eval, y_eval = x, y
-        logits = predict(path, x_eval)
-        accuracy = float((logits.argmax(1) == y_eval).mean())
-        rows.append(_accuracy_row(entry.name, key, accuracy, card.metric(key), variant.tolerance))
-        if key == "fp32":
-            fp32_accuracy, fp32_logits, reference_labels = accuracy, logits, logits.argmax(1)
-            if not has_artifacts:  # otherwise the ort-training variant's rows cover it
-                rows.append(_ort_training_row(entry.name, key, path, x, y, logits, scratch))
-            for opset, file in variant.extra_opsets.items():
-                agree = float((predict(folder / file, x).argmax(1) == reference_labels).mean())
-                rows.append(Row(entry.name, key, f"opset {opset}", agree >= 0.999, agree, 1.0,
-                                detail=f"{file}: same predictions as opset {variant.opset}"))
-        elif variant.precision == "int8" and fp32_accuracy is not None:
-            drop = fp32_accuracy - accuracy
-            explained = "int8 loss" in card.description
-            rows.append(Row(entry.name, key, "int8 drop", drop <= MAX_INT8_DROP or explained, drop, MAX_INT8_DROP,
-                            detail="accuracy lost vs fp32" + (" (explained on the card)" if explained else "")))
+        rows += variant_rows(checks, key, variant)
     return rows
 
 
-def _accuracy_row(name: str, key: str, accuracy: float, claimed: float | None, tolerance: float) -> Row:
-    return Row(name, key, "accuracy", claimed is not None and accuracy >= claimed - tolerance, accuracy, claimed,
-               detail=f"tolerance {tolerance}")
-
-
-def _test_set_rows(name: str, key: str, precision: str, path: Path, test_sets) -> list[Row]:
-    from zoo.evaluate import predict
-
-    rows = []
-    for i, (inputs, expected) in enumerate(test_sets):
-        got = predict(path, inputs)
-        if precision == "int8":
-            agree = float((got.argmax(1) == expected.argmax(1)).mean())
-            rows.append(Row(name, key, f"test_data_set_{i}", agree >= INT8_LABEL_AGREEMENT, agree, 1.0,
-                            detail="label agreement with the fp32 reference outputs"))
-        else:
-            atol = FP16_ATOL if precision == "fp16" else OUTPUT_ATOL
-            diff = float(np.abs(got - expected).max())
-            close = bool(np.allclose(got, expected, rtol=OUTPUT_RTOL, atol=atol))
-            rows.append(Row(name, key, f"test_data_set_{i}", close, diff, 0.0, detail=f"max |diff| (atol {atol})"))
-    return rows
-
-
-def _retrained_from_row(name: str, key: str, path: Path, card: ModelCard) -> Row:
-    """A retrained variant must come from this entry's fp32 file (its metadata names the sha256 it started from)."""
-    from zoo.export import read_metadata
-
-    origin = read_metadata(path).get("zoo.finetuned_from_sha256")
-    fp32_sha = card.variants["fp32"].sha256
-    return Row(name, key, "retrained from fp32", origin == fp32_sha,
-               detail=f"zoo.finetuned_from_sha256 {str(origin)[:12]}… vs fp32 {fp32_sha[:12]}…")
-
-
-def _artifact_rows(name: str, key: str, variant, path: Path, fp32: Path, fp32_logits: np.ndarray | None, test_sets,
-                   x: np.ndarray, y: np.ndarray, scratch: Path) -> list[Row]:
-    """An ort-training archive: its members and their split, a few training steps, and the inference model its
-    untouched checkpoint exports (reference outputs and accuracy, as for fp32)."""
-    from zoo.evaluate import predict
-    from zoo.ondevice import OnnxTrainer, read_split, source_problem, trainable_of, unpack_artifacts
-
-    try:
-        folder = unpack_artifacts(path, scratch / f"{name}-{key}")
-        for model in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
-            proto = onnx.load(str(folder / model))
-            if model != "training_model.onnx":  # gradient ops (MaxPoolGrad, …) are onnxruntime's, unknown to onnx
-                onnx.checker.check_model(proto)
-            if proto.ir_version > 10:
-                raise ValueError(f"{model}: IR version {proto.ir_version} > 10 (onnxruntime-training 1.19 refuses it)")
-        split = read_split(folder)
-        expected = trainable_of(onnx.load(str(fp32)))
-        problems = [p for p in (source_problem(folder, fp32),
-                                "trainable set differs from the fp32 file's zoo.trainable"
-                                if split["trainable"] != expected else None) if p]
-        rows = [Row(name, key, "archive", not problems, detail="; ".join(problems) or
-                    f"4 artifacts + {len(split['trainable'])} trainable / {len(split['frozen'])} frozen initializers, "
-                    "eval/optimizer models pass onnx.checker, IR <= 10")]
-        untouched = OnnxTrainer(folder, lr=0.0).export(folder / "untouched.onnx")
-    except Exception as exc:  # noqa: BLE001 - an unreadable archive is a failed row
-        return [Row(name, key, "archive", False, detail=str(exc)[:300])]
-    logits = predict(untouched, x)
-    rows += _test_set_rows(name, key, "fp32", untouched, test_sets)
-    rows.append(_accuracy_row(name, key, float((logits.argmax(1) == y).mean()), variant.metrics.get("accuracy"),
-                              variant.tolerance))
-    reference = fp32_logits if fp32_logits is not None else predict(fp32, x)
-    rows.append(_training_steps_row(name, key, folder, x, y, reference, untouched))
-    return rows
-
-
-def _ort_training_row(name: str, key: str, path: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray,
-                      scratch: Path) -> Row:
-    """The fp32 file trains on a device: onnxruntime-training artifacts from its `zoo.trainable` split."""
-    from zoo.ondevice import training_artifacts
-
-    try:
-        folder = scratch / f"{name}-ort-training"
-        training_artifacts(path, folder)
-    except Exception as exc:  # noqa: BLE001 - any failure to build the artifacts is a failed row
-        return Row(name, key, "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
-    return _training_steps_row(name, key, folder, x, y, logits)
-
-
-def _training_steps_row(name: str, key: str, folder: Path, x: np.ndarray, y: np.ndarray, logits: np.ndarray,
-                        untouched: Path | None = None) -> Row:
-    """The model exported before any step (`untouched`, when already exported) predicts like the fp32 file's
-    `logits`, and 10 steps lower the loss on a fixed batch."""
-    from zoo.evaluate import predict
-    from zoo.ondevice import OnnxTrainer
-
-    try:
-        trainer = OnnxTrainer(folder, lr=1e-3)
-        untouched = untouched or trainer.export(folder / "untouched.onnx")
-        untouched = float(np.abs(predict(untouched, x[:64]) - logits[:64]).max())
-        batch_x, batch_y = x[:32], y[:32]
-        before = trainer.eval_loss(batch_x, batch_y)
-        for _ in range(10):
-            trainer.step(batch_x, batch_y)
-        after = trainer.eval_loss(batch_x, batch_y)
-    except Exception as exc:  # noqa: BLE001 - any failure to run the artifacts is a failed row
-        return Row(name, key, "ort-training", False, detail=f"artifacts failed: {str(exc)[:200]}")
-    ok = untouched <= OUTPUT_ATOL and after < before
-    return Row(name, key, "ort-training", ok, after, before,
-               detail=f"onnxruntime-training: loss {before:.4f} -> {after:.4f} after 10 steps; untouched export "
-                      f"max |diff| {untouched:.1e}")
+def evaluate_variant(name: str, variant: str = "fp32", split: str = "test", show_progress: bool = True) -> dict:
+    """`zoo evaluate`: fetch a catalog variant (verified) and measure its accuracy on a split of the data its card
+    metric is measured on (the card's dataset; a retraining recipe's data for retrained variants)."""
+    card = catalog.get_card(name)
+    fetched = fetch(name, variant, show_progress=show_progress)
+    spec = card.variants[variant]
+    x, y = evaluation_data(card, spec, split)
+    with inference_model(fetched.path, kind_of(variant, spec)) as model:
+        measured = accuracy(model, x, y)
+    claimed = card.metric(variant)
+    return {"name": name, "variant": variant, "split": split, "accuracy": measured, "card": claimed,
+            "delta": None if claimed is None else measured - claimed, "path": str(fetched.path), "source": fetched.source}
 
 
 def validate(names: list[str] | None = None, log=print, rebuild_budget: float | None = None,

@@ -3,94 +3,17 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-import torch
-
+from zoo.data import digits, langid, mnist1d  # noqa: F401  (each registers its dataset)
+from zoo.data.base import _LOADERS, Dataset, Split
 from zoo.errors import ZooError
 
-
-@dataclass
-class Split:
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-
-@dataclass
-class Dataset:
-    name: str
-    train: Split
-    val: Split
-    test: Split
-    labels: list[str]
-    source: str  # provenance
-    license: str
-    preprocessing: list[str] = field(default_factory=list)
-
-    @property
-    def input_shape(self) -> list[int]:
-        return list(self.train.x.shape[1:])
-
-    def split(self, name: str) -> Split:
-        if name not in ("train", "val", "test"):
-            raise ZooError(f"unknown split '{name}'; use train, val or test")
-        return getattr(self, name)
-
-    def class_balance(self) -> dict[str, int]:
-        counts = torch.bincount(self.train.y, minlength=len(self.labels)).tolist()
-        return dict(zip(self.labels, counts))
-
-
-_LOADERS: dict[str, Callable[[], Dataset]] = {}
-
-
-def register_dataset(name: str):
-    def decorate(loader: Callable[[], Dataset]):
-        _LOADERS[name] = loader
-        return loader
-
-    return decorate
+__all__ = ["Dataset", "Split", "load_dataset"]
 
 
 def load_dataset(name: str) -> Dataset:
-    from zoo.data import digits, langid, mnist1d  # noqa: F401  (registers on import)
-
     if name not in _LOADERS:
         close = difflib.get_close_matches(name, list(_LOADERS), n=2)
         raise ZooError(f"unknown dataset '{name}'" + (f"; did you mean: {', '.join(close)}?" if close else
                                                        f"; known datasets: {', '.join(sorted(_LOADERS))}"))
     return _LOADERS[name]()
-
-
-def require(module: str, package: str):
-    """Import a dataset's source package, or fail naming what to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ZooError(f"this dataset needs the '{package}' package: run `make setup` or `pip install {package}`") from None
-
-
-def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
-    """Arrays built once and kept under $ZOO_HOME/data (written atomically), so every rank reuses them."""
-    import io
-
-    import numpy as np
-
-    from zoo.config import zoo_home
-    from zoo.store.cache import atomic_write_bytes
-
-    path = zoo_home() / "data" / f"{name}-{version}.npz"
-    if path.exists():
-        with np.load(path) as stored:
-            return {k: stored[k] for k in stored.files}
-    arrays = build()
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    atomic_write_bytes(path, buffer.getvalue())
-    return arrays

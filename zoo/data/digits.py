@@ -7,7 +7,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from zoo.data import Dataset, Split, register_dataset, require
+from zoo.data.base import Dataset, Split, register_dataset, require
 
 SEED = 0
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.data import Dataset, Split, cached_arrays, register_dataset, require
+from zoo.data.base import Dataset, Split, cached_arrays, register_dataset, require
 from zoo.errors import ZooError
 
 PACKAGES = {"en": "fortunes", "de": "fortunes-de", "es": "fortunes-es", "it": "fortunes-it", "pl": "fortunes-pl",

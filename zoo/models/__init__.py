@@ -7,50 +7,20 @@ Architecture names are separate from catalog entries (as timm separates `resnet5
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from zoo.errors import UnknownModelError
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    family: str
-    builder: Callable[..., torch.nn.Module]
-    dataset: str  # the dataset its recipes train on by default
-    input_names: tuple[str, ...] = ("input",)
-
-
-_REGISTRY: dict[str, ModelSpec] = {}
-
-
-def register_model(name: str, family: str, dataset: str, input_names: tuple[str, ...] = ("input",)):
-    def decorate(builder: Callable[..., torch.nn.Module]):
-        _REGISTRY[name] = ModelSpec(name, family, builder, dataset, input_names)
-        return builder
-
-    return decorate
-
-
-def _load_families() -> None:
-    from zoo.models import bert, cnn, rnn  # noqa: F401  (registers on import)
+from zoo.errors import UnknownModelError, ZooError
+from zoo.models import bert, cnn, rnn  # noqa: F401  (each registers its architectures)
+from zoo.models.registry import REGISTRY, ModelSpec
 
 
 def model_spec(name: str) -> ModelSpec:
-    _load_families()
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.6)
-        hint = f"; did you mean: {', '.join(close)}?" if close else f"; known models: {', '.join(sorted(_REGISTRY))}"
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.6)
+        hint = f"; did you mean: {', '.join(close)}?" if close else f"; known models: {', '.join(sorted(REGISTRY))}"
         raise UnknownModelError(f"unknown model '{name}'{hint}")
-    return _REGISTRY[name]
-
-
-def list_architectures() -> list[str]:
-    _load_families()
-    return sorted(_REGISTRY)
+    return REGISTRY[name]
 
 
 def build_model(name: str, num_classes: int, **kwargs) -> torch.nn.Module:
@@ -72,7 +42,5 @@ def pipeline_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     block's output (a tensor, or a tuple passed as separate arguments) and shares the model's parameters."""
     blocks = getattr(model, "pipeline_blocks", None)
     if blocks is None:
-        from zoo.errors import ZooError
-
         raise ZooError(f"{type(model).__name__} declares no pipeline split points (pipeline_blocks)")
     return list(blocks())

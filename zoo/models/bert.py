@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-from zoo.models import register_model
+from zoo.models.registry import register_model
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,6 @@ class BertClassifier(nn.Module):
         return [_EmbedStage(self.bert), *(_LayerStage(layer) for layer in self.bert.encoder.layer), _HeadStage(self)]
 
     def tensor_parallel_plan(self) -> dict:
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
         plan = {}
         for i in range(len(self.bert.encoder.layer)):
             prefix = f"bert.encoder.layer.{i}"

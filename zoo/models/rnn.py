@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.models import register_model
+from zoo.models.registry import register_model
 
 
 class GRUClassifier(nn.Module):

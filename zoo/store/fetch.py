@@ -15,15 +15,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from zoo.catalog import Entry, entries, get_entry
+from zoo.catalog import Entry, get_entry
 from zoo.config import lfs_remote_urls
-from zoo.cards import from_fp32
-from zoo.derived import AGREEMENT, Origin, derive, prediction_agreement, reexport_opset
+from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, ZooError
+from zoo.evaluate import predict
+from zoo.fsutil import atomic_copy
 from zoo.provenance import machine_differences
-from zoo.store.cache import ObjectCache, atomic_copy
-from zoo.store.pointer import Pointer, ensure_content, pointer_for, read_pointer, sha256_file
+from zoo.store.cache import ObjectCache
+from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import NotOnRemote, open_remote
+from zoo.variants import made_from_fp32
+from zoo.variants.make import derive
+from zoo.variants.opsets import AGREEMENT, Origin, prediction_agreement, reexport_opset
 
 
 @dataclass
@@ -142,7 +146,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
         return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes, build_hint=build_hint(entry),
                             show_progress=show_progress, rate_limit=rate_limit)
     except ObjectNotFoundError:
-        if opset is None and not from_fp32(key, variant):
+        if opset is None and not made_from_fp32(key, variant):
             raise
     fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
     cache = ObjectCache()
@@ -175,9 +179,6 @@ def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None
 def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_limit) -> FetchResult:
     """The fp32 weights at `opset`: the card's file when it lists that opset (sha256-checked, from a store or made
     here), else re-exported here and checked to predict fp32's labels on the entry's test set before it is served."""
-    from zoo.data import load_dataset
-    from zoo.evaluate import predict
-
     spec = entry.variant("fp32")
     if opset == spec.opset:
         return fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit)
@@ -217,15 +218,3 @@ def build_hint(entry: Entry) -> str:
     took = f" (the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'}, " \
            f"{t.threads or 1} thread(s) per process)" if t.build_time_s else ""
     return f"\nOr build it from its recipe: `{how}`{took}."
-
-
-def require_content(path: Path) -> Path:
-    """`path` if it holds real content; for a pointer, an error naming the exact `zoo fetch` command."""
-    path = Path(path).resolve()
-    if read_pointer(path) is None:
-        return path
-    for entry in entries().values():
-        for key in entry.card.variants:
-            if entry.variant_path(key) == path:
-                return ensure_content(path, f"`zoo fetch {entry.name} --variant {key}`")
-    return ensure_content(path)

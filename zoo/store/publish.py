@@ -20,7 +20,8 @@ import tempfile
 from zoo.catalog import Entry, entries, get_entry, store_objects
 from zoo.config import REPO_ROOT
 from zoo.errors import IntegrityError, RemoteError
-from zoo.store.cache import ObjectCache, atomic_write_text, object_relpath
+from zoo.fsutil import atomic_write_text
+from zoo.store.cache import ObjectCache, object_relpath
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 

@@ -17,7 +17,8 @@ from urllib.parse import unquote, urlparse
 import requests
 
 from zoo.errors import IntegrityError, RemoteError
-from zoo.store.cache import atomic_copy, check_file, object_relpath
+from zoo.fsutil import atomic_copy
+from zoo.store.cache import check_file, object_relpath
 from zoo.store.pointer import CHUNK, Pointer
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"

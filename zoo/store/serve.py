@@ -13,6 +13,10 @@ import tempfile
 from pathlib import Path
 
 import yaml
+import waitress
+from giftless.app import init_app
+from werkzeug.wrappers import Request, Response
+from werkzeug.wsgi import wrap_file
 
 _STORAGE_GET = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
 
@@ -31,8 +35,6 @@ class RangeDownloads:
         match = _STORAGE_GET.match(environ.get("PATH_INFO", ""))
         if environ.get("REQUEST_METHOD") != "GET" or match is None:
             return self.app(environ, start_response)
-        from werkzeug.wrappers import Request, Response
-        from werkzeug.wsgi import wrap_file
 
         path = self.storage / match["prefix"] / match["oid"]
         if not path.is_file():
@@ -70,8 +72,6 @@ def serve(storage: Path, host: str = "127.0.0.1", port: int = 8080, ranges: bool
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(config, f)
     os.environ["GIFTLESS_CONFIG_FILE"] = config_file
-    import waitress
-    from giftless.app import init_app
 
     try:
         waitress.serve(init_app(), host=host, port=port, threads=8, _quiet=True)

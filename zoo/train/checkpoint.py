@@ -6,6 +6,7 @@ written by rank 0 after every rank finished. Only complete checkpoints are ever 
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from zoo.fsutil import atomic_write_bytes
 from zoo.train.distributed import DistContext
 
 COMPLETE = "COMPLETE"
@@ -52,10 +54,6 @@ def save_whole(root: Path, phase: str, step: int, filename: str, module: torch.n
     """A checkpoint written as plain files, one per writer (Horovod's rank 0; each pipeline stage's first
     replica): for layouts whose ranks hold disjoint or identical parts, with no DCP resharding needed."""
     if write:
-        import io
-
-        from zoo.store.cache import atomic_write_bytes
-
         buffer = io.BytesIO()
         torch.save({"model": module.state_dict(), "optim": optimizer.state_dict(), "rng": torch.get_rng_state()},
                    buffer)

@@ -34,7 +34,7 @@ class DistContext:
 
     def barrier(self) -> None:
         if self.backend == "horovod":
-            import horovod.torch as hvd
+            import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
             hvd.barrier()
         elif self.distributed:
@@ -43,7 +43,7 @@ class DistContext:
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over all ranks (CPU float64 in, same out); Horovod jobs have no torch process group."""
         if self.backend == "horovod":
-            import horovod.torch as hvd
+            import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
             return hvd.allreduce(tensor, op=hvd.Sum)
         if self.distributed:
@@ -60,7 +60,7 @@ def resolve_backend(choice: str) -> str:
         raise ZooError("backend nccl needs CUDA GPUs and none is visible; use --backend gloo (or auto) on CPUs")
     if choice == "ccl":
         try:
-            import oneccl_bindings_for_pytorch  # noqa: F401
+            import oneccl_bindings_for_pytorch  # noqa: F401  # lazy: optional (oneCCL), only for backend ccl
         except ImportError:
             raise ZooError("backend ccl needs Intel's oneCCL binding: install oneccl_bindings_for_pytorch "
                            "(not on PyPI; see the README) or use --backend gloo") from None
@@ -103,7 +103,7 @@ def _context(backend: str) -> DistContext:
 
 def shutdown(ctx: DistContext) -> None:
     if ctx.backend == "horovod":
-        import horovod.torch as hvd
+        import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
         hvd.shutdown()
     elif ctx.distributed and dist.is_initialized():

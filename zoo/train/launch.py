@@ -8,7 +8,16 @@ import os
 import sys
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from zoo.errors import ZooError
+from zoo.models import model_spec
+from zoo.recipes import load_recipe
+from zoo.train.distributed import init_distributed, shutdown
+from zoo.train.parallel import launcher_of, strategy_for
+from zoo.train.summary import SUMMARY_FILE, RunSummary
+from zoo.train.trainer import run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,12 +41,6 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
     args = parse_args(argv)
     ctx = None
     try:
-        from zoo.recipes import load_recipe
-        from zoo.models import model_spec
-        from zoo.train.distributed import init_distributed, shutdown
-        from zoo.train.parallel import launcher_of, strategy_for
-        from zoo.train.trainer import run
-
         overrides = list(args.overrides)
         if args.no_tracking:
             overrides.append("tracking.enabled=false")
@@ -62,16 +65,14 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
         raise SystemExit(exc.exit_code) from None
 
 
-def _report(summary: dict, output_dir: Path | None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def _report(summary: RunSummary, output_dir: Path | None) -> None:
     table = Table("variant", "file", "opset", "accuracy", "drop vs fp32", "int8 kernels",
-                  title=f"{summary['model']} / {summary['recipe']} ({summary['world_size']} process(es), {summary['backend']})")
-    for key, v in summary["variants"].items():
-        drop = v.get("accuracy_drop")
-        table.add_row(key, v["file"], str(v["opset"]), f"{v['accuracy']:.4f}", "-" if drop is None else f"{drop:+.4f}",
-                      ", ".join(v.get("int8_kernels", [])) or "-")
+                  title=f"{summary.model} / {summary.recipe} ({summary.world_size} process(es), {summary.backend})")
+    for key, v in summary.variants.items():
+        drop = v.accuracy_drop
+        table.add_row(key, v.file, str(v.opset), f"{v.accuracy:.4f}", "-" if drop is None else f"{drop:+.4f}",
+                      ", ".join(v.int8_kernels or []) or "-")
     Console(stderr=True).print(table)
-    print(json.dumps({"summary": str(Path(output_dir or "runs") / "summary.json") if output_dir else None,
-                      "variants": {k: v["accuracy"] for k, v in summary["variants"].items()}}))
+    folder = output_dir or Path("runs") / f"{summary.model}-{summary.recipe}"  # the trainer's default
+    print(json.dumps({"summary": str(folder / SUMMARY_FILE),
+                      "variants": {k: v.accuracy for k, v in summary.variants.items()}}))

@@ -1,4 +1,4 @@
-"""MLflow tracking, rank 0 only (other ranks never import mlflow).
+"""MLflow tracking, rank 0 only (other ranks hold a disabled tracker that logs nothing).
 
 Default store: an sqlite database under $ZOO_HOME (MLflow's own default is ./mlflow.db in whatever
 directory you happen to be in). Metrics are buffered and sent with log_batch (one call per flush).
@@ -7,7 +7,12 @@ directory you happen to be in). Metrics are buffered and sent with log_batch (on
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
 
 from zoo.config import zoo_home
 
@@ -40,8 +45,6 @@ class Tracker:
         self.uri = None
         if not enabled:
             return
-        import mlflow
-        from mlflow.tracking import MlflowClient
 
         self.uri = uri or default_tracking_uri()
         mlflow.set_tracking_uri(self.uri)
@@ -49,7 +52,6 @@ class Tracker:
         experiment_obj = self.client.get_experiment_by_name(experiment)
         experiment_id = experiment_obj.experiment_id if experiment_obj else self.client.create_experiment(experiment)
         self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
-        from mlflow.entities import Param
 
         flat = _flatten(params)
         self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in sorted(flat.items())])
@@ -57,9 +59,7 @@ class Tracker:
     def metric(self, key: str, value: float, step: int) -> None:
         if not self.enabled:
             return
-        import time
 
-        from mlflow.entities import Metric
 
         self.buffer.append(Metric(key, float(value), int(time.time() * 1000), step))
         if len(self.buffer) >= self.flush_every:

@@ -9,23 +9,31 @@ N processes train the same model.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
+import resource
 import time
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from zoo import faults
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
 from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
-from zoo.train.parallel import Strategy, make_strategy
+from zoo.train.parallel import Strategy, make_strategy, qat_strategy
+from zoo.train.qat import convert_qat, prepare_qat
+from zoo.train.summary import PhaseSummary, RunSummary, Tracking
+from zoo.train.tracking import Tracker
+from zoo.train.variants import export_variants
 
 @dataclass
 class Phase:
@@ -83,8 +91,6 @@ class BatchPlan:
 def _progress(ctx: DistContext, label: str, total: int):
     if not ctx.is_main:
         return contextlib.nullcontext(None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("loss {task.fields[loss]:.4f}  {task.fields[rate]:.0f} samples/s"),
@@ -116,7 +122,7 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
                             loss=float("nan"), rate=0.0) if bar else None
         for step in range(start, phase.steps):
             if fault is not None and step == fault:
-                os._exit(13)  # fault injection for the restart tests (ZOO_FAULT_INJECT)
+                faults.die("train-step", f"rank {ctx.rank} dies before step {step}")
             strategy.set_lr(lr_at(step, phase, recipe.schedule.name))
             batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
             tick = time.perf_counter()
@@ -142,8 +148,6 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
 
 
 def peak_rss_mib() -> float:
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
@@ -163,18 +167,16 @@ def ranks_agree(model: torch.nn.Module, ctx: DistContext, tolerance: float = 1e-
 
 
 def _fault_step(ctx: DistContext) -> int | None:
-    """`ZOO_FAULT_INJECT=rank:step` kills that rank at that step on the first attempt only."""
-    spec = os.environ.get("ZOO_FAULT_INJECT")
-    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    """The step at which this rank dies (ZOO_TEST_FAULT=train-step@RANK:STEP), on its first attempt only."""
+    armed = faults.armed("train-step")
+    if armed is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return None
-    rank, step = (int(v) for v in spec.split(":"))
+    rank, step = armed
     return step if rank == ctx.rank else None
 
 
 def freeze_except(model: torch.nn.Module, patterns: list[str]) -> None:
     """Train only parameters whose names match one of the globs (e.g. `classifier.*`)."""
-    from fnmatch import fnmatch
-
     names = [name for name, _ in model.named_parameters()]
     for name, param in model.named_parameters():
         # Exported (QAT) graphs name parameters with '_' where the module tree had '.'.
@@ -208,7 +210,7 @@ def steps_for(recipe: Recipe, n_train: int) -> int:
 
 
 def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir: Path | None = None,
-        resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp") -> dict | None:
+        resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp") -> RunSummary | None:
     """Train (fp32, then QAT when the recipe asks), export every variant and measure it. Rank 0 returns the summary."""
     torch.manual_seed(recipe.seed)
     np.random.seed(recipe.seed)
@@ -244,12 +246,10 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
-            from zoo.train.qat import convert_qat, prepare_qat  # torchao, only when quantizing
-
             q = recipe.quantization
             prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
             phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
-            prepared = train_phase(phases[1], prepared, strategy.for_qat(), recipe, data, ctx, tracker, ckpt_dir, resume)
+            prepared = train_phase(phases[1], prepared, qat_strategy(strategy), recipe, data, ctx, tracker, ckpt_dir, resume)
             converted = convert_qat(prepared)
             if measure:
                 torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
@@ -257,32 +257,29 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
             tracker.metric(f"torch/{name}/accuracy", value, 0)
         summary = None
         if ctx.is_main:
-            from zoo.train.variants import export_variants
-
             # Export and onnxruntime measurement run on the CPU, wherever training ran.
             model = model.cpu()
             variants = export_variants(recipe, model, converted.cpu() if converted is not None else None, data,
                                        output_dir) if measure else {}
-            summary = {
-                "model": recipe.model, "recipe": recipe.name, "recipe_sha256": recipe.digest(),
-                "launcher": launcher, "strategy": strategy.name, "world_size": ctx.world_size, "backend": ctx.backend or "none",
-                "threads": torch.get_num_threads(), "seed": recipe.seed, "num_params": count_params(model),
-                "dataset": data.name, "eval_split": recipe.eval_split,
-                "phases": {p.name: {"steps": p.steps, "seconds": round(p.seconds, 3), "first_loss": p.losses[0] if p.losses else None,
-                                    "final_loss": p.losses[-1] if p.losses else None, "losses": p.losses,
-                                    "step_seconds": [round(t, 4) for t in p.step_seconds],
-                                    "peak_rss_mib": p.peak_rss_mib, "ranks_consistent": p.ranks_consistent}
-                           for p in phases},
-                "baseline_rss_mib": baseline_rss,
-                "torch_accuracy": torch_metrics, "variants": variants,
-                "wall_seconds": round(time.perf_counter() - started, 3),
-                "library_versions": current_versions(), "tracking": {"uri": tracker.uri, "run_id": tracker.run_id},
-            }
+            summary = RunSummary(
+                model=recipe.model, recipe=recipe.name, recipe_sha256=recipe.digest(), launcher=launcher,
+                strategy=strategy.name, world_size=ctx.world_size, backend=ctx.backend or "none",
+                threads=torch.get_num_threads(), seed=recipe.seed, num_params=count_params(model), dataset=data.name,
+                eval_split=recipe.eval_split,
+                phases={p.name: PhaseSummary(steps=p.steps, seconds=round(p.seconds, 3),
+                                             first_loss=p.losses[0] if p.losses else None,
+                                             final_loss=p.losses[-1] if p.losses else None, losses=p.losses,
+                                             step_seconds=[round(t, 4) for t in p.step_seconds],
+                                             peak_rss_mib=p.peak_rss_mib, ranks_consistent=p.ranks_consistent)
+                        for p in phases},
+                baseline_rss_mib=baseline_rss, torch_accuracy=torch_metrics, variants=variants,
+                wall_seconds=round(time.perf_counter() - started, 3), library_versions=current_versions(),
+                tracking=Tracking(uri=tracker.uri, run_id=tracker.run_id))
             torch.save(model.state_dict(), output_dir / "model.pt")
-            _write_json(output_dir / "summary.json", summary)
+            summary_path = summary.write(output_dir)
             for key, v in variants.items():
-                tracker.metric(f"onnx/{key}/accuracy", v["accuracy"], 0)
-            tracker.artifacts([output_dir / v["file"] for v in variants.values()] + [output_dir / "summary.json"])
+                tracker.metric(f"onnx/{key}/accuracy", v.accuracy, 0)
+            tracker.artifacts([output_dir / v.file for v in variants.values()] + [summary_path])
         tracker.finish()
         return summary
     except BaseException:
@@ -291,14 +288,6 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
 
 
 def _make_tracker(recipe: Recipe, ctx: DistContext, uri: str | None, launcher: str):
-    from zoo.train.tracking import Tracker
-
     enabled = ctx.is_main and recipe.tracking.enabled
     return Tracker(enabled, uri or recipe.tracking.uri, recipe.tracking.experiment, f"{recipe.model}-{recipe.name}",
                    {"recipe": recipe.model_dump(mode="json"), "launcher": launcher, "world_size": ctx.world_size})
-
-
-def _write_json(path: Path, data: dict) -> None:
-    from zoo.store.cache import atomic_write_text
-
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")

@@ -14,6 +14,11 @@ from __future__ import annotations
 from zoo.errors import ZooError
 from zoo.train.parallel.base import Strategy
 from zoo.train.parallel.ddp import DDPStrategy
+from zoo.train.parallel.deepspeed import DeepSpeedPipelineStrategy, ZeroStrategy
+from zoo.train.parallel.fsdp import FSDPStrategy
+from zoo.train.parallel.horovod import HorovodStrategy
+from zoo.train.parallel.pipeline import PipelineStrategy
+from zoo.train.parallel.tensor import TensorParallelStrategy
 
 # Which launcher implements which strategies, and its default when the recipe names another.
 LAUNCHERS: dict[str, tuple[str, ...]] = {
@@ -40,35 +45,27 @@ def launcher_of(strategy: str) -> str:
     raise ZooError(f"unknown parallelism strategy '{strategy}'")
 
 
+def qat_strategy(strategy: Strategy) -> Strategy:
+    """The strategy that fine-tunes the QAT graph: the strategy's own choice, else DDP on the same group."""
+    return strategy.for_qat() or DDPStrategy(strategy.ctx, strategy.recipe, strategy.build_model)
+
+
 def make_strategy(name: str, ctx, recipe, build_model) -> Strategy:
     """`build_model()` returns a fresh plain model (used to gather sharded weights for export)."""
-    if name == "ddp":
-        return DDPStrategy(ctx, recipe, build_model)
-    if name == "fsdp":
-        from zoo.train.parallel.fsdp import FSDPStrategy
-
-        return FSDPStrategy(ctx, recipe, build_model)
-    if name in ("tp", "dp-tp"):
-        from zoo.train.parallel.tensor import TensorParallelStrategy
-
-        return TensorParallelStrategy(ctx, recipe, build_model, two_d=name == "dp-tp")
-    if name in ("pp", "pp-dp"):
-        from zoo.train.parallel.pipeline import PipelineStrategy
-
-        return PipelineStrategy(ctx, recipe, build_model, two_d=name == "pp-dp")
-    if name in ("zero1", "zero2", "zero3"):
-        from zoo.train.parallel.deepspeed import ZeroStrategy
-
-        return ZeroStrategy(ctx, recipe, build_model, stage=int(name[-1]))
-    if name == "ds-pp":
-        from zoo.train.parallel.deepspeed import DeepSpeedPipelineStrategy
-
-        return DeepSpeedPipelineStrategy(ctx, recipe, build_model)
-    if name == "horovod":
-        from zoo.train.parallel.horovod import HorovodStrategy
-
-        return HorovodStrategy(ctx, recipe, build_model)
-    raise ZooError(f"unknown parallelism strategy '{name}'")
+    makers = {
+        "ddp": lambda: DDPStrategy(ctx, recipe, build_model),
+        "fsdp": lambda: FSDPStrategy(ctx, recipe, build_model),
+        "tp": lambda: TensorParallelStrategy(ctx, recipe, build_model, two_d=False),
+        "dp-tp": lambda: TensorParallelStrategy(ctx, recipe, build_model, two_d=True),
+        "pp": lambda: PipelineStrategy(ctx, recipe, build_model, two_d=False),
+        "pp-dp": lambda: PipelineStrategy(ctx, recipe, build_model, two_d=True),
+        **{f"zero{stage}": (lambda stage=stage: ZeroStrategy(ctx, recipe, build_model, stage=stage)) for stage in (1, 2, 3)},
+        "ds-pp": lambda: DeepSpeedPipelineStrategy(ctx, recipe, build_model),
+        "horovod": lambda: HorovodStrategy(ctx, recipe, build_model),
+    }
+    if name not in makers:
+        raise ZooError(f"unknown parallelism strategy '{name}'")
+    return makers[name]()
 
 
-__all__ = ["LAUNCHERS", "DEFAULTS", "Strategy", "make_strategy", "strategy_for", "launcher_of"]
+__all__ = ["LAUNCHERS", "DEFAULTS", "Strategy", "make_strategy", "qat_strategy", "strategy_for", "launcher_of"]

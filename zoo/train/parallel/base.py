@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.errors import ZooError
+from zoo.train import checkpoint
 
 
 def make_optimizer(recipe, params, lr: float, foreach: bool | None = None) -> torch.optim.Optimizer:
@@ -108,21 +109,16 @@ class Strategy:
         return model
 
     def save_checkpoint(self, root: Path, phase: str, step: int) -> None:
-        from zoo.train import checkpoint
-
         checkpoint.save(root, phase, step, self.module, self.optimizer, self.ctx)
 
     def load_checkpoint(self, root: Path, phase: str) -> int:
-        from zoo.train import checkpoint
-
         return checkpoint.load_latest(root, phase, self.module, self.optimizer, self.ctx)
 
-    def for_qat(self) -> "Strategy":
-        """The strategy for the QAT phase. Its model is an exported fake-quant graph with no module tree to
-        shard or split, so module-structure strategies fine-tune it data-parallel (DDP) on the same group."""
-        from zoo.train.parallel.ddp import DDPStrategy
-
-        return DDPStrategy(self.ctx, self.recipe, self.build_model)
+    def for_qat(self) -> "Strategy | None":
+        """The strategy for the QAT phase, or None for DDP on the same group. Its model is an exported fake-quant
+        graph with no module tree to shard or split, so module-structure strategies fine-tune it data-parallel
+        (zoo.train.parallel.qat_strategy)."""
+        return None
 
     def finish(self) -> None:
         """Release what the strategy holds (engines, groups) after a phase."""

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
-from zoo.train.parallel.base import Strategy, make_optimizer, summed_loss
+from zoo.models import pipeline_blocks
+from zoo.train.checkpoint import latest_complete, mark_complete
+from zoo.train.parallel.base import Strategy, make_optimizer, require_world, summed_loss
 from zoo.train.parallel.pipeline import balanced_split, merge_stages
 
 # Built once by `make setup`; a JIT build in every job's first step would cost minutes.
@@ -56,8 +58,8 @@ def _low_precision(recipe, x: torch.Tensor) -> torch.Tensor:
 
 def full_fp32_state(module: torch.nn.Module, names: dict[int, str] | None = None) -> dict[str, torch.Tensor]:
     """Full fp32 weights from a DeepSpeed engine's module (ZeRO-3 shards gathered; a collective)."""
-    import deepspeed
-    from deepspeed.utils import safe_get_full_fp32_param
+    import deepspeed  # lazy: optional and heavy (DeepSpeed); only its strategies need it
+    from deepspeed.utils import safe_get_full_fp32_param  # lazy: optional and heavy (DeepSpeed); only its strategies need it
 
     state = {}
     for name, param in module.named_parameters():
@@ -73,7 +75,7 @@ class _DeepSpeedBase(Strategy):
     stage = 0
 
     def _initialize(self, model: torch.nn.Module, lr: float, micro: int, accumulation: int) -> None:
-        import deepspeed
+        import deepspeed  # lazy: optional and heavy (DeepSpeed); only its strategies need it
 
         self.config = deepspeed_config(self.recipe, self.stage, self.dp_size, micro, accumulation)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -85,14 +87,10 @@ class _DeepSpeedBase(Strategy):
             (self.output_dir / "deepspeed_config.json").write_text(json.dumps(self.config, indent=2) + "\n")
 
     def save_checkpoint(self, root: Path, phase: str, step: int) -> None:
-        from zoo.train.checkpoint import mark_complete
-
         self.engine.save_checkpoint(str(root / phase), tag=f"step_{step}", save_latest=False)
         mark_complete(root, phase, step, self.ctx)
 
     def load_checkpoint(self, root: Path, phase: str) -> int:
-        from zoo.train.checkpoint import latest_complete
-
         latest = latest_complete(root, phase)
         if latest is None:
             return 0
@@ -140,7 +138,6 @@ class DeepSpeedPipelineStrategy(_DeepSpeedBase):
     def __init__(self, ctx, recipe, build_model):
         super().__init__(ctx, recipe, build_model)
         self.stages = recipe.parallelism.pipeline_stages if ctx.distributed else 1
-        from zoo.train.parallel.base import require_world
 
         require_world(ctx, self.stages, f"ds-pp with {self.stages} stages")
         self.scaler = torch.amp.GradScaler(enabled=False)
@@ -161,10 +158,9 @@ class DeepSpeedPipelineStrategy(_DeepSpeedBase):
         return self.recipe.parallelism.micro_batch_size or max(1, per_replica // (2 * self.stages))
 
     def setup(self, model, lr, accumulation):
-        import deepspeed
-        from deepspeed.pipe import PipelineModule
+        import deepspeed  # lazy: optional and heavy (DeepSpeed); only its strategies need it
+        from deepspeed.pipe import PipelineModule  # lazy: optional and heavy (DeepSpeed); only its strategies need it
 
-        from zoo.models import pipeline_blocks
 
         self.accumulation = accumulation
         deepspeed.init_distributed(dist_backend=self.ctx.backend)  # reuses the trainer's process group

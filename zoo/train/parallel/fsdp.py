@@ -8,6 +8,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from zoo.models import parallel_units
 from zoo.train.parallel.base import Strategy
@@ -42,8 +43,6 @@ class FSDPStrategy(Strategy):
     def __init__(self, ctx, recipe, build_model):
         super().__init__(ctx, recipe, build_model)
         if recipe.precision == "fp16":
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
             # Sharded gradients need a scaler that agrees on inf/nan across ranks.
             self.scaler = ShardedGradScaler(ctx.device.type)
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 
 from zoo.train.distributed import DistContext
+from zoo.train.checkpoint import load_whole, save_whole
 from zoo.train.parallel.base import Strategy, make_optimizer
 
 
 def init_horovod(backend_choice: str = "auto") -> DistContext:
-    import horovod.torch as hvd
+    import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
     hvd.init()
     use_cuda = torch.cuda.is_available() and backend_choice in ("auto", "nccl")
@@ -31,7 +32,7 @@ class HorovodStrategy(Strategy):
     name = "horovod"
 
     def setup(self, model, lr, accumulation):
-        import horovod.torch as hvd
+        import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
         self.accumulation = accumulation
         self.module = model
@@ -58,14 +59,10 @@ class HorovodStrategy(Strategy):
         self.optimizer.zero_grad()  # Horovod's wrapper has no set_to_none
 
     def save_checkpoint(self, root: Path, phase: str, step: int) -> None:
-        from zoo.train.checkpoint import save_whole
-
         # Replicas are identical: rank 0 writes the one copy.
         save_whole(root, phase, step, "state.pt", self.module, self.optimizer, self.ctx, self.ctx.is_main)
 
     def load_checkpoint(self, root: Path, phase: str) -> int:
-        from zoo.train.checkpoint import load_whole
-
         return load_whole(root, phase, "state.pt", self.module, self.optimizer)
 
     def for_qat(self):

@@ -14,6 +14,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from zoo.errors import ZooError
 from zoo.models import pipeline_blocks
+from zoo.train.checkpoint import load_whole, save_whole
 from zoo.train.parallel.base import MeshStrategy, autocast, require_world, summed_loss
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -133,7 +134,6 @@ class PipelineStrategy(MeshStrategy):
     def save_checkpoint(self, root, phase, step):
         if self.mesh is None:
             return super().save_checkpoint(root, phase, step)
-        from zoo.train.checkpoint import save_whole
 
         # Each stage's first replica writes that stage (stages hold disjoint parameters).
         save_whole(root, phase, step, f"stage_{self.stage_index}.pt", self.part, self.optimizer, self.ctx,
@@ -142,6 +142,5 @@ class PipelineStrategy(MeshStrategy):
     def load_checkpoint(self, root, phase):
         if self.mesh is None:
             return super().load_checkpoint(root, phase)
-        from zoo.train.checkpoint import load_whole
 
         return load_whole(root, phase, f"stage_{self.stage_index}.pt", self.part, self.optimizer)

@@ -1,18 +1,9 @@
-"""Federated learning over the zoo's ONNX models: FedAvg server and onnxruntime-training clients over HTTP.
-
-Transport: plain HTTP on 127.0.0.1 (stdlib server, `requests` clients); weights travel as raw float32
-vectors of the trainable parameters (onnxruntime-training's contiguous buffer). A dead client costs
-the round its update, never the global model: the server aggregates whatever valid updates arrived
-by the round deadline. Every update names the base model's sha256 and its quantization/precision
-state; the server refuses mismatches. The server saves its state after each completed round and
-resumes from the last one after a restart.
-"""
+"""The FedAvg server: aggregates client updates per round over HTTP, evaluates, saves, resumes after a restart."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,52 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from zoo.errors import ZooError
-
-STATE_KEYS = ("zoo.variant", "zoo.quantization", "zoo.precision.weights", "zoo.precision.activations",
-              "zoo.precision.compute")
-
-
-def model_state(path: Path) -> dict[str, str]:
-    """The quantization/precision state every participant must share (from the file's zoo metadata)."""
-    from zoo.export import read_metadata
-
-    meta = read_metadata(path)
-    return {k: meta.get(k, "unset") for k in STATE_KEYS}
-
-
-def client_split(y: np.ndarray, clients: int, alpha: float, seed: int) -> list[np.ndarray]:
-    """Non-IID split: for each class, Dirichlet(alpha) proportions decide how its examples spread over clients."""
-    rng = np.random.default_rng(seed)
-    shards: list[list[int]] = [[] for _ in range(clients)]
-    for label in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == label))
-        cuts = (np.cumsum(rng.dirichlet([alpha] * clients)) * len(idx)).astype(int)[:-1]
-        for shard, part in zip(shards, np.split(idx, cuts)):
-            shard += part.tolist()
-    return [np.sort(np.array(s, dtype=np.int64)) for s in shards]
-
-
-def fleet_dataset(recipe) -> str:
-    from zoo.models import model_spec
-
-    return recipe.dataset or model_spec(recipe.model).dataset
-
-
-def fleet_data(recipe, split: str):
-    """The recipe's dataset split as the fleet sees it (with the recipe's shift, if any)."""
-    from zoo.data import load_dataset
-    from zoo.ondevice import shifted_split
-
-    dataset = fleet_dataset(recipe)
-    if recipe.federated.shift:
-        return shifted_split(dataset, recipe.federated.shift, split)
-    part = load_dataset(dataset).split(split)
-    return part.x.numpy(), part.y.numpy()
-
-
-# -- server ----------------------------------------------------------------------------------------------------
+from zoo.evaluate import accuracy
+from zoo.export import read_metadata, write_metadata
+from zoo.federated import fleet_data, model_state
+from zoo.fsutil import atomic_write_bytes, atomic_write_text
+from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
+from zoo.store.pointer import sha256_file
 
 @dataclass
 class Round:
@@ -77,9 +31,6 @@ class Round:
 
 class FedAvgServer:
     def __init__(self, recipe, base: Path, output_dir: Path, log=print, tracker=None):
-        from zoo.ondevice import OnnxTrainer, quiet_onnxruntime, training_artifacts
-        from zoo.store.pointer import sha256_file
-
         quiet_onnxruntime()
         self.recipe, self.cfg, self.base, self.out, self.log, self.tracker = (
             recipe, recipe.federated, Path(base), Path(output_dir), log, tracker)
@@ -107,9 +58,7 @@ class FedAvgServer:
         self.history = json.loads((self.out / "history.json").read_text())
         self.log(f"server: resumed after round {len(self.history)} from {state}")
 
-    def _save(self) -> None:
-        from zoo.store.cache import atomic_write_bytes, atomic_write_text
-
+    def save(self) -> None:
         buffer = io.BytesIO()
         np.savez(buffer, params=self.global_params, base_sha256=np.array(self.base_sha))
         atomic_write_bytes(self.out / "server_state.npz", buffer.getvalue())
@@ -171,7 +120,7 @@ class FedAvgServer:
                       "refused": r.refused, "samples": {str(c): s for c, (_, s) in r.updates.items()},
                       "accuracy": accuracy}
             self.history.append(record)
-            self._save()
+            self.save()
             self.current = Round(r.number + 1)
             self.lock.notify_all()
         self.log(f"server: round {record['round']}: updates from {received}, dropped {record['dropped']}, "
@@ -181,8 +130,6 @@ class FedAvgServer:
         return record
 
     def evaluate(self, params: np.ndarray | None = None) -> float:
-        from zoo.evaluate import accuracy
-
         self.model.load_parameters(self.global_params if params is None else params)
         path = self.model.export(self.out / ".evaluate.onnx")
         try:
@@ -192,10 +139,6 @@ class FedAvgServer:
 
     def export_global(self) -> Path:
         """The final global model as an inference ONNX with the zoo's metadata."""
-        import onnx
-
-        from zoo.export import read_metadata, write_metadata
-
         self.model.load_parameters(self.global_params)
         raw = self.model.export(self.out / ".model.federated.raw.onnx")
         props = {**read_metadata(self.base), "zoo.finetuned_from_sha256": self.base_sha,
@@ -245,83 +188,8 @@ def _handler(fed: FedAvgServer):
     return Handler
 
 
-# -- client ----------------------------------------------------------------------------------------------------
-
-class FederatedClient:
-    """Trains its shard of the data from the ONNX file it holds; nothing but onnxruntime-training."""
-
-    def __init__(self, recipe, client: int, base: Path, server: str, workdir: Path, log=print):
-        from zoo.ondevice import OnnxTrainer, quiet_onnxruntime, training_artifacts
-        from zoo.store.pointer import sha256_file
-
-        quiet_onnxruntime()
-        self.recipe, self.cfg, self.client, self.server, self.log = recipe, recipe.federated, client, server, log
-        self.base_sha, self.state = sha256_file(base), model_state(base)
-        training_artifacts(base, workdir / "artifacts")
-        self.trainer = OnnxTrainer(workdir / "artifacts", lr=self.cfg.lr, seed=recipe.seed * 1000 + client)
-        x, y = fleet_data(recipe, "train")
-        shard = client_split(y, self.cfg.clients, self.cfg.dirichlet_alpha, recipe.seed)[client]
-        self.x, self.y = x[shard], y[shard]
-        counts = np.bincount(self.y, minlength=int(y.max()) + 1).tolist()
-        log(f"client {client}: {len(shard)} examples, per class {counts}")
-
-    def _get(self, path: str, patience: float = 300.0):
-        import requests
-
-        deadline = time.monotonic() + patience
-        while True:  # the server may be restarting: keep trying for a while
-            try:
-                response = requests.get(self.server + path, timeout=30)
-                response.raise_for_status()
-                return response
-            except requests.RequestException:
-                if time.monotonic() > deadline:
-                    raise ZooError(f"client {self.client}: server {self.server} unreachable for {patience:.0f} s") from None
-                time.sleep(0.5)
-
-    def run(self) -> None:
-        import requests
-
-        done_round = 0
-        fault = _fault_round(self.client)
-        while True:
-            status = self._get("/status").json()
-            if status["done"]:
-                self.log(f"client {self.client}: server finished after round {status['rounds']}")
-                return
-            if status["round"] <= done_round:
-                time.sleep(0.2)
-                continue
-            self.trainer.load_parameters(np.frombuffer(self._get("/params").content, dtype="<f4"))
-            if fault == status["round"]:
-                os._exit(17)  # fault injection: die mid-round (ZOO_FEDERATED_FAULT=client:round)
-            losses = self.trainer.train(self.x, self.y, self.cfg.local_steps, self.cfg.local_batch_size)
-            headers = {"X-Zoo-Client": str(self.client), "X-Zoo-Round": str(status["round"]),
-                       "X-Zoo-Base-Sha256": self.base_sha, "X-Zoo-State": json.dumps(self.state),
-                       "X-Zoo-Samples": str(len(self.x)), "Content-Type": "application/octet-stream"}
-            reply = requests.post(self.server + "/update", data=self.trainer.parameters().astype("<f4").tobytes(),
-                                  headers=headers, timeout=60)
-            answer = reply.json()
-            self.log(f"client {self.client}: round {status['round']} loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-                     f"{'accepted' if answer['accepted'] else answer['reason']}")
-            if not answer["accepted"]:
-                raise ZooError(answer["reason"])
-            done_round = status["round"]
-
-
-def _fault_round(client: int) -> int | None:
-    spec = os.environ.get("ZOO_FEDERATED_FAULT")
-    if not spec:
-        return None
-    who, round_number = (int(v) for v in spec.split(":"))
-    return round_number if who == client else None
-
-
 def central_baseline(recipe, base: Path, workdir: Path) -> float:
     """The same data trained in one place: all clients' shards, the same total number of examples seen."""
-    from zoo.evaluate import accuracy
-    from zoo.ondevice import OnnxTrainer, training_artifacts
-
     cfg = recipe.federated
     x, y = fleet_data(recipe, "train")
     training_artifacts(base, workdir / "central-artifacts")

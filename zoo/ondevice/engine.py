@@ -1,10 +1,8 @@
-"""Training from the ONNX file alone, with onnxruntime-training (no PyTorch code needed on the device).
+"""onnxruntime-training artifacts for an fp32 file, and the trainer that runs them.
 
-- The fp32 export records which initializers a device may change: `zoo.trainable` (JSON list of ONNX
-  initializer names) and `zoo.trainable.globs` (the recipe's parameter-name patterns they came from).
-  Files without the key (older exports) treat every float weight as trainable.
 - `training_artifacts` turns an fp32 ONNX file into onnxruntime-training's training, eval and optimizer
-  models plus the initial checkpoint (cross-entropy loss, AdamW), with that trainable/frozen split.
+  models plus the initial checkpoint (cross-entropy loss, AdamW), with the file's trainable/frozen split.
+- `pack_artifacts` / `unpack_artifacts`: the artifacts as one deterministic zip (the ort-training variant).
 - `OnnxTrainer` runs them (CheckpointState, Module, Optimizer) and exports a new inference ONNX.
 """
 
@@ -14,67 +12,31 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 from contextlib import contextmanager
-from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+import onnxruntime
+from onnxruntime import OrtValue
+from onnxruntime.training import artifacts
+from onnxruntime.training.api import CheckpointState, Module, Optimizer
+from onnxruntime.training.onnxblock import _graph_utils
 
+from zoo.catalog import require_content
 from zoo.errors import ZooError
+from zoo.fsutil import atomic_write_bytes
+from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, float_weights, trainable_of
+from zoo.store.pointer import sha256_file
 
-TRAINABLE_KEY = "zoo.trainable"
-TRAINABLE_GLOBS_KEY = "zoo.trainable.globs"
 ARTIFACT_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
 SPLIT_FILE = "trainable.json"  # the trainable/frozen initializer names, their globs and the source file's sha256
 
 
-def trainable_initializers(onnx_model: onnx.ModelProto, named_params: dict[str, np.ndarray],
-                           patterns: list[str] | None) -> list[str]:
-    """ONNX initializer names holding the torch parameters that match `patterns` (None: all).
-
-    Exporters rename folded weights (a Linear on 3-D input becomes MatMul with a transposed initializer
-    called `onnx::MatMul_123`), so parameters are found by value, as stored or transposed."""
-    wanted = {n: v for n, v in named_params.items() if patterns is None or any(fnmatch(n, p) for p in patterns)}
-    by_value: dict[bytes, list[str]] = {}
-    for init in onnx_model.graph.initializer:
-        array = numpy_helper.to_array(init)
-        if array.dtype == np.float32 and array.ndim >= 1:
-            by_value.setdefault(array.tobytes(), []).append(init.name)
-    names = []
-    for value in wanted.values():
-        candidates = [np.ascontiguousarray(c) for c in ([value, value.T] if value.ndim == 2 else [value])]
-        found = next((by_value[c.tobytes()] for c in candidates if c.tobytes() in by_value), [])
-        # Not found: the graph does not use that parameter (e.g. BERT's pooler under mean pooling).
-        names += [n for n in found if n not in names]
-    if not names:
-        raise ZooError(f"trainable patterns {patterns} match no initializer of the ONNX graph")
-    return names
-
-
-def float_weights(model: onnx.ModelProto) -> list[str]:
-    return [i.name for i in model.graph.initializer
-            if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) >= 1]
-
-
-def trainable_of(model: onnx.ModelProto) -> list[str]:
-    """The file's own trainable set (metadata), or every float weight for files that carry none."""
-    props = {p.key: p.value for p in model.metadata_props}
-    if TRAINABLE_KEY in props:
-        names = json.loads(props[TRAINABLE_KEY])
-        missing = set(names) - {i.name for i in model.graph.initializer}
-        if missing:
-            raise ZooError(f"{TRAINABLE_KEY} names initializers the graph lacks: {sorted(missing)[:3]}")
-        return names
-    return float_weights(model)
-
-
 def quiet_onnxruntime() -> None:
-    import onnxruntime
-
     onnxruntime.set_default_logger_severity(3)
 
 
@@ -82,8 +44,6 @@ def quiet_onnxruntime() -> None:
 def native_stderr_captured():
     """onnxruntime's gradient-graph builder logs every graph transformer at INFO on fd 2, whatever the logger
     severity: capture it, and show it only when generation fails."""
-    import sys
-
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as log:
@@ -106,11 +66,6 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
 
     `trainable_globs` (a card's `trainable`) must be the split the file was exported with: the file's metadata
     holds the initializer names the globs resolved to, which only the exporter (holding the torch model) knows."""
-    from onnxruntime.training import artifacts
-    from onnxruntime.training.onnxblock import _graph_utils
-
-    from zoo.store.pointer import sha256_file
-
     quiet_onnxruntime()
     model = onnx.load(str(fp32_path))
     props = {p.key: p.value for p in model.metadata_props}
@@ -146,8 +101,6 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
 
 def pack_artifacts(folder: Path, archive: Path) -> Path:
     """The artifacts as one zip (one LFS object): fixed order, timestamps and modes, so equal files give equal bytes."""
-    from zoo.store.cache import atomic_write_bytes
-
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
         for name in (*ARTIFACT_FILES, SPLIT_FILE):
@@ -160,8 +113,6 @@ def pack_artifacts(folder: Path, archive: Path) -> Path:
 
 def unpack_artifacts(archive: Path, dest: Path) -> Path:
     """An ort-training archive unpacked into `dest` (exactly the expected members, nothing else)."""
-    from zoo.store.fetch import require_content
-
     try:
         with zipfile.ZipFile(require_content(Path(archive))) as zf:
             members = sorted(zf.namelist())
@@ -183,8 +134,6 @@ def read_split(folder: Path) -> dict:
 
 def source_problem(folder: Path, fp32_path: Path) -> str | None:
     """Why unpacked artifacts do not belong to `fp32_path` (they were made from another file), or None."""
-    from zoo.store.pointer import sha256_file
-
     made_from = read_split(folder)["source_sha256"]
     return None if made_from == sha256_file(fp32_path) else f"made from another fp32 file (sha256 {made_from[:12]}…)"
 
@@ -202,9 +151,6 @@ class OnnxTrainer:
     """Fine-tunes from training artifacts with onnxruntime.training.api; no torch involved."""
 
     def __init__(self, artifact_dir: Path, lr: float, seed: int = 0):
-        import onnxruntime
-        from onnxruntime.training.api import CheckpointState, Module, Optimizer
-
         self.dir = Path(artifact_dir)
         self.state = CheckpointState.load_checkpoint(str(self.dir / "checkpoint"))
         options = onnxruntime.SessionOptions()
@@ -217,9 +163,7 @@ class OnnxTrainer:
         self.label_type = next(np.int32 if "int32" in i.type else np.int64 for i in self._inputs() if i.name == "labels")
 
     def _inputs(self):
-        import onnxruntime as ort
-
-        return ort.InferenceSession(str(self.dir / "eval_model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()
+        return onnxruntime.InferenceSession(str(self.dir / "eval_model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         self.module.train()
@@ -248,8 +192,6 @@ class OnnxTrainer:
         return self.module.get_contiguous_parameters(trainable_only=True).numpy()
 
     def load_parameters(self, flat: np.ndarray) -> None:
-        from onnxruntime import OrtValue
-
         # The binding wants the C-level value under the Python wrapper.
         value = OrtValue.ortvalue_from_numpy(np.ascontiguousarray(flat, np.float32))
         self.module.copy_buffer_to_parameters(value._ortvalue, trainable_only=True)
@@ -277,76 +219,3 @@ def artifacts_for(fp32_path: Path, published: Path | None = None):
             if problem:
                 raise ZooError(f"{published} was {problem}, not {fp32_path}: refetch both")
         yield folder
-
-
-SHIFTS = {
-    # Distribution shifts for image datasets: the same classes seen differently (a real domain shift).
-    "rot90": lambda x: np.rot90(x, k=1, axes=(-2, -1)),
-    "flip": lambda x: x[..., ::-1],
-    "invert": lambda x: x.max() - x,
-}
-
-
-def shifted_split(dataset: str, shift: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    from zoo.data import load_dataset
-
-    if shift not in SHIFTS:
-        raise ZooError(f"unknown shift '{shift}'; known: {', '.join(SHIFTS)}")
-    part = load_dataset(dataset).split(split)
-    x = part.x.numpy()
-    if x.ndim != 4:
-        raise ZooError(f"shift '{shift}' applies to image datasets; {dataset} inputs have shape {list(x.shape[1:])}")
-    return np.ascontiguousarray(SHIFTS[shift](x), dtype=np.float32), part.y.numpy()
-
-
-def load_npz(path: Path) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """A user's data: x_train, y_train, x_test, y_test arrays in one .npz file."""
-    try:
-        with np.load(path) as data:
-            arrays = {k: data[k] for k in ("x_train", "y_train", "x_test", "y_test")}
-    except (OSError, ValueError) as exc:
-        raise ZooError(f"{path}: not a readable .npz file ({exc})") from None
-    except KeyError as exc:
-        raise ZooError(f"{path}: missing array {exc}; expected x_train, y_train, x_test, y_test") from None
-    return (arrays["x_train"], arrays["y_train"]), (arrays["x_test"], arrays["y_test"])
-
-
-def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
-             out_path: Path, steps: int = 200, lr: float = 1e-3, batch: int = 32, seed: int = 0,
-             show_progress: bool = True, published: Path | None = None) -> dict:
-    """Fine-tune `fp32_path` on `train` with onnxruntime-training alone; export and measure the result on `test`.
-    `published`: the entry's ort-training archive, used instead of generating artifacts."""
-    from zoo.evaluate import accuracy
-    from zoo.export import read_metadata, write_metadata
-    from zoo.store.pointer import sha256_file
-
-    x, y = train
-    source_sha = sha256_file(fp32_path)
-    before = accuracy(fp32_path, test[0], test[1])
-    with artifacts_for(fp32_path, published) as folder, _progress(show_progress, steps) as advance:
-        trainer = OnnxTrainer(folder, lr=lr, seed=seed)
-        losses = trainer.train(x.astype(np.float32) if x.dtype.kind == "f" else x, y, steps, batch, advance)
-        exported = trainer.export(out_path.with_name(f".{out_path.name}.raw"))
-    props = {**read_metadata(fp32_path), "zoo.finetuned_from_sha256": source_sha,
-             "zoo.finetune": json.dumps({"steps": steps, "lr": lr, "batch": batch, "seed": seed, "tool": "onnxruntime-training"})}
-    write_metadata(onnx.load(str(exported)), props, out_path)
-    exported.unlink()
-    after = accuracy(out_path, test[0], test[1])
-    return {"source": str(fp32_path), "source_sha256": source_sha, "output": str(out_path),
-            "output_sha256": sha256_file(out_path), "steps": steps, "first_loss": losses[0], "final_loss": losses[-1],
-            "accuracy_before": before, "accuracy_after": after, "trainable": len(trainable_of(onnx.load(str(fp32_path)))),
-            "artifacts": "generated from the fp32 file" if published is None else f"published archive {Path(published).name}"}
-
-
-@contextmanager
-def _progress(show: bool, total: int):
-    if not show:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    with Progress(TextColumn("on-device fine-tuning"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("loss {task.fields[loss]:.4f}"), console=Console(stderr=True)) as bar:
-        task = bar.add_task("finetune", total=total, loss=float("nan"))
-        yield lambda loss: bar.update(task, advance=1, loss=loss)

@@ -1,0 +1,143 @@
+"""The variant kinds: one table says what each kind of file is, and everything else iterates over it.
+
+A kind is what a card's variant *is*: its default file name, the precision and quantization the card and the file's
+metadata declare, the tolerance its metric is re-measured with, how it is made, how validation compares it with the
+stored reference outputs, and how the docs show it. Build, export, fetch, validate, evaluate, docs and the CLI read
+these fields; they never branch on a kind's name or format.
+
+How a kind is made (`made`):
+- `training`: the trainer's run makes it from the torch model (fp32, int8-qat). It needs the recipe: a store must
+  hold it (a *primary*).
+- `fp32`: a deterministic function of the built fp32 file, by `tool` (see zoo.variants.make): `zoo build`, `zoo
+  export` and `zoo fetch` (when no store has it) make the same bytes on the same CPU and libraries.
+- `retraining`: the fp32 weights retrained by another recipe (federated). A primary too.
+
+This module is the table only and imports nothing heavy, so light commands (`zoo list`, `zoo card`) can read it;
+zoo.variants.make makes files of a kind and zoo.variants.checks validates them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from zoo.errors import ZooError
+
+Made = Literal["training", "fp32", "retraining"]
+# How validation compares a kind's file with the fp32 reference outputs stored in test_data_set_*:
+# outputs: logits within `atol`; labels: predicted labels agree on `label_agreement` of the examples;
+# artifacts: onnxruntime-training archive (its untouched export is compared as fp32); retrained: the weights moved
+# on purpose, so the file must name the fp32 file it started from instead.
+Reference = Literal["outputs", "labels", "artifacts", "retrained"]
+# Embedding tables in int8 files: s8 per row (symmetric), gathered as int8 and scaled after the lookup.
+EMBEDDING_SCHEME = "embedding tables s8 per-row symmetric (weight-only, gathered then scaled)"
+_FP32 = {"zoo.precision.weights": "fp32", "zoo.precision.activations": "fp32", "zoo.precision.compute": "fp32",
+         "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"}
+_INT8 = {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
+         "zoo.precision.compute": "int8 (u8 activations x s8 weights)", "zoo.precision.accumulation": "int32"}
+
+
+@dataclass(frozen=True)
+class Kind:
+    key: str  # the card's variant key (and the file's zoo.variant)
+    file: str  # default file name in the entry folder
+    precision: str
+    quantization: str
+    made: Made
+    summary: str  # how it is made, one line (docs, `zoo card`, CLI help)
+    tolerance: float  # allowed absolute drop of the card's metric when re-measured (other CPU kernels)
+    reference: Reference
+    metadata: dict[str, str] = field(default_factory=dict)  # zoo.precision.* / zoo.quantization stamped in the file
+    format: Literal["onnx", "ort-training"] = "onnx"
+    tool: str | None = None  # made == "fp32": the function of zoo.variants.make.TOOLS that makes it
+    atol: float = 1e-3  # reference "outputs": logits within this of fp32's
+    label_agreement: float = 0.9  # reference "labels"
+    in_recipe: bool = False  # a recipe's export.variants may list it: the training run makes and measures it
+    fixed_opset: int | None = None  # the opset its exporter always writes (None: the recipe's primary opset)
+    docs_column: bool = False  # a column of the models index
+
+    @property
+    def primary(self) -> bool:
+        """A store must hold it: only training (or retraining) can make it."""
+        return self.made != "fp32"
+
+    @property
+    def int8(self) -> bool:
+        """Quantized to int8: its accuracy drop against fp32 is bounded by the recipe's max_accuracy_drop."""
+        return self.precision == "int8"
+
+    def card_fields(self, opset: int) -> dict:
+        """The hand-independent fields of a planned variant of this kind (what `zoo build --no-train` writes)."""
+        fields = {"file": self.file, "precision": self.precision, "quantization": self.quantization,
+                  "opset": self.fixed_opset or opset, "tolerance": self.tolerance}
+        return fields | ({"format": self.format} if self.format != "onnx" else {})
+
+
+KINDS: dict[str, Kind] = {k.key: k for k in [
+    Kind("fp32", "model.onnx", "fp32", "none", "training",
+         "the trained weights, exported by the TorchScript exporter at the recipe's opsets",
+         tolerance=0.001, reference="outputs", metadata=_FP32, in_recipe=True, docs_column=True),
+    Kind("int8-qat", "model.int8-qat.onnx", "int8", "qat", "training",
+         "quantization-aware fine-tuning (torchao PT2E), exported as QDQ by the dynamo exporter",
+         tolerance=0.01, reference="labels", in_recipe=True, fixed_opset=20, docs_column=True,
+         metadata={**_INT8, "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor "
+                   "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
+    Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "fp32",
+         "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
+         tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, docs_column=True,
+         metadata={**_INT8, "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, "
+                   "activations u8 per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME}),
+    Kind("int8-dynamic", "model.int8-dynamic.onnx", "int8", "dynamic", "fp32",
+         "onnxruntime quantize_dynamic of the fp32 file: int8 weights, activations quantized per batch at run time",
+         tolerance=0.01, reference="labels", tool="quantize_dynamic", in_recipe=True,
+         metadata={"zoo.precision.weights": "int8", "zoo.precision.activations": "fp32 (u8 per batch inside the "
+                   "integer ops)", "zoo.precision.compute": "int8 (u8 activations x s8 weights)",
+                   "zoo.precision.accumulation": "int32",
+                   "zoo.quantization": "dynamic: onnxruntime quantize_dynamic, weights s8 per-channel, activations u8 "
+                   "per-tensor computed per batch, " + EMBEDDING_SCHEME}),
+    Kind("fp16", "model.fp16.onnx", "fp16", "none", "fp32",
+         "fp16 weights and compute, fp32 inputs and outputs (onnxruntime's float16 converter)",
+         tolerance=0.002, reference="outputs", atol=2e-2, tool="float16", in_recipe=True, docs_column=True,
+         metadata={"zoo.precision.weights": "fp16", "zoo.precision.activations": "fp16", "zoo.precision.compute": "fp16",
+                   "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"}),
+    Kind("ort-training", "model.ort-training.zip", "fp32", "none", "fp32",
+         "onnxruntime-training artifacts (training, eval, optimizer models, checkpoint) for the card's trainable "
+         "split, in one zip", tolerance=0.001, reference="artifacts", format="ort-training", tool="ort_training"),
+    Kind("federated", "model.federated.onnx", "fp32", "none", "retraining",
+         "the fp32 weights retrained by a federated recipe (launchers/federated.py), measured on its data",
+         tolerance=0.02, reference="retrained"),
+]}
+
+
+def kind_of(key: str, variant) -> Kind:
+    """The kind of a card's variant (a Variant or its raw dict): retrained when it names a recipe, the artifacts kind
+    for its format, else the kind its key names."""
+    get = variant.get if isinstance(variant, dict) else lambda name, default=None: getattr(variant, name, default)
+    if get("recipe") is not None:
+        return KINDS["federated"]
+    fmt = get("format", "onnx") or "onnx"
+    if fmt != "onnx":
+        return next(k for k in KINDS.values() if k.format == fmt)
+    if key not in KINDS or KINDS[key].format != "onnx" or KINDS[key].made == "retraining":
+        raise ZooError(f"variant '{key}' is no kind the zoo knows: name one of {', '.join(onnx_kinds())}, or set "
+                       "`format: ort-training`, or `recipe: <federated recipe>`")
+    return KINDS[key]
+
+
+def onnx_kinds() -> list[str]:
+    return [k for k, kind in KINDS.items() if kind.format == "onnx" and kind.made != "retraining"]
+
+
+def recipe_kinds() -> list[str]:
+    """What a recipe's export.variants may list (made and measured by the training run)."""
+    return [k for k, kind in KINDS.items() if kind.in_recipe]
+
+
+def is_primary(key: str, variant) -> bool:
+    """A store must hold it (fp32, int8-qat, retrained): it needs training."""
+    return kind_of(key, variant).primary
+
+
+def made_from_fp32(key: str, variant) -> bool:
+    """A deterministic function of the fp32 file: `zoo fetch` makes it when no store has it."""
+    return kind_of(key, variant).made == "fp32"
