@@ -11,8 +11,12 @@ import pytest
 import yaml
 
 from tests.helpers import quick_digits_entry, zoo_cli
+from zoo import catalog, docs
 from zoo.cards import load_card
-from zoo.store.pointer import read_pointer
+from zoo.evaluate import INT8_KERNELS, kernel_types
+from zoo.export import read_metadata
+from zoo.store.pointer import pointer_for, read_pointer
+from zoo.variants import KINDS
 
 ARTIFACTS = {"ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "format": "ort-training", "opset": 17}}
 
@@ -201,3 +205,30 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     cli = zoo_cli("reproduce", "quick-digits", env=env, timeout=900)
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert f"card    {card.variants['fp32'].sha256}" in cli.stdout and f"rebuilt {card.variants['fp32'].sha256}" in cli.stdout
+
+
+def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(published, tmp_path):
+    """int8-dynamic is one entry of zoo.variants.KINDS (and its tool): `zoo export` makes it from the store's fp32
+    file, `zoo validate` runs its kind's checks, `zoo fetch` makes it again when no store has it, the docs show it."""
+    env, entry = _copy(published, tmp_path)
+    made = zoo_cli("export", "quick-digits", "--variant", "int8-dynamic", env=env, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    card = load_card(tmp_path / "entries" / "quick-digits" / "card.yaml")
+    variant = card.variants["int8-dynamic"]
+    path = tmp_path / "entries" / "quick-digits" / variant.file
+    assert (variant.precision, variant.quantization, variant.file) == ("int8", "dynamic", "model.int8-dynamic.onnx")
+    assert read_metadata(path)["zoo.variant"] == "int8-dynamic" and read_metadata(path)["zoo.quantization"].startswith("dynamic")
+    assert kernel_types(path) & INT8_KERNELS, "an int8 file runs int8 kernels"
+    assert abs(variant.metrics["accuracy"] - card.metric("fp32")) <= 0.01
+    rows = json.loads(zoo_cli("validate", "--json", env=env, timeout=600).stdout)["rows"]
+    mine = {r["check"]: r for r in rows if r["variant"] == "int8-dynamic"}
+    assert {"sha256", "onnx.checker", "test_data_set_0", "accuracy", "int8 drop"} <= set(mine), mine
+    assert all(r["ok"] for r in mine.values()), mine
+    path.write_text(pointer_for(path).text())  # as published: the checkout holds a pointer, the store lacks it
+    fetched = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "int8-dynamic", "--json", env=env,
+                                 check=True).stdout)
+    assert fetched["source"] == "derived from fp32" and fetched["sha256"] == variant.sha256
+    refused = zoo_cli("export", "quick-digits", "--variant", "int8-qat", env=env)
+    assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr and "Traceback" not in refused.stderr
+    page = docs.model_page(catalog.entries(tmp_path / "entries")["quick-digits"], {}, {}, tmp_path)
+    assert "| int8-dynamic | int8 | dynamic |" in page and KINDS["int8-dynamic"].summary in page

@@ -62,7 +62,6 @@ class Training(Strict):
     reproducible: bool | None = None
 
 
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
 # onnx: one inference model. ort-training: a zip of onnxruntime-training artifacts (training, eval and optimizer
 # models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split (zoo.variants).
 Format = Literal["onnx", "ort-training"]
@@ -70,8 +69,8 @@ Format = Literal["onnx", "ort-training"]
 
 class Variant(Strict):
     file: str  # path inside the entry folder
-    precision: Precision
-    quantization: Literal["none", "qat", "ptq", "dynamic"] = "none"
+    precision: str  # the kind's (zoo.variants): fp32, fp16, int8
+    quantization: str = "none"  # the kind's: none, qat, ptq, dynamic
     opset: int
     format: Format = "onnx"
     # Weights retrained from the fp32 file by another recipe (e.g. federated-digits); its metrics are measured on
@@ -129,9 +128,12 @@ class ModelCard(Strict):
             raise ValueError("variants: every entry has an 'fp32' variant (the reference the others are measured against)")
         for key, variant in self.variants.items():
             try:
-                kind_of(key, variant)
+                kind = kind_of(key, variant)
             except ZooError as exc:
                 raise ValueError(str(exc)) from None
+            if (variant.precision, variant.quantization) != (kind.precision, kind.quantization):
+                raise ValueError(f"variants.{key}: precision {variant.precision}, quantization {variant.quantization}; "
+                                 f"a {kind.key} file is {kind.precision}, quantization {kind.quantization}")
         return self
 
     def metric(self, variant: str) -> float | None:

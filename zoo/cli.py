@@ -235,7 +235,7 @@ def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Pri
 
 @app.command("export")
 def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Variant(s) to make from the fp32 file ("
-                                                            + ", ".join(k for k, kind in KINDS.items() if kind.made == "fp32")
+                                                            + ", ".join(k for k, kind in KINDS.items() if kind.made == "from-fp32")
                                                             + ") that the entry's recipe does not make, or one the card "
                                                             "declares with `recipe:` (federated retraining).")) -> None:
     """Make variants from an entry's fetched fp32 file (no retraining) and write them into its card."""

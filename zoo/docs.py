@@ -45,8 +45,9 @@ def launcher_commands(architecture: str, recipe: str) -> list[str]:
         model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
     return [f"{command} --recipe {recipe} --model {architecture}{extra}   # {name}"
             for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
-# The models index shows one accuracy column per kind that asks for one.
-COLUMNS = [k for k, kind in KINDS.items() if kind.docs_column]
+def columns() -> list[str]:
+    """The models index shows one accuracy column per kind that asks for one."""
+    return [k for k, kind in KINDS.items() if kind.docs_column]
 
 
 def _load_json(path: Path) -> dict:
@@ -202,13 +203,14 @@ def ondevice_section(c) -> list[str]:
 
 
 def index_page(entries: dict, latency: dict, validation: dict) -> str:
+    shown = columns()
     lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
-             f"| model | task | params | {' | '.join(COLUMNS)} | size (fp32) | fp32 latency b32 (ms) | opsets |",
-             "| --- | --- | --- |" + " --- |" * len(COLUMNS) + " --- | --- | --- |"]
+             f"| model | task | params | {' | '.join(shown)} | size (fp32) | fp32 latency b32 (ms) | opsets |",
+             "| --- | --- | --- |" + " --- |" * len(shown) + " --- | --- | --- |"]
     for name, entry in entries.items():
         c = entry.card
-        metric = " | ".join(_fmt(c.metric(k)) if k in c.variants else "–" for k in COLUMNS)
+        metric = " | ".join(_fmt(c.metric(k)) if k in c.variants else "–" for k in shown)
         opsets = sorted({v.opset for v in c.variants.values()} | {o for v in c.variants.values() for o in v.extra_opsets})
         lat = latency.get(name, {}).get("fp32", {}).get("batch32")
         lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric} | "
@@ -271,7 +273,7 @@ def kinds_reference() -> str:
              "fetch, validate, evaluate, the docs and the CLI all read these fields.", "",
              "| kind | file | precision | quantization | made | how | re-measured within | compared with fp32 by |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    made = {"training": "by training (published)", "fp32": "from the fp32 file (`zoo fetch` makes it)",
+    made = {"training": "by training (published)", "from-fp32": "from the fp32 file (`zoo fetch` makes it)",
             "retraining": "by a retraining recipe (published)"}
     reference = {"outputs": "logits within {atol}", "labels": "labels agree on {agreement:.0%}",
                  "artifacts": "its untouched export, as fp32", "retrained": "the fp32 sha256 it started from"}

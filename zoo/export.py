@@ -26,17 +26,18 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
+from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes, replace_into
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, TRAINABLE_KEY, trainable_initializers
 from zoo.store.pointer import sha256_file
-from zoo.variants import KINDS
+from zoo.variants import KINDS, onnx_kinds
 
 # The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
 METADATA_KEYS = {
     "zoo.model": "catalog / architecture name",
-    "zoo.variant": "the variant kind: " + " | ".join(k for k, kind in KINDS.items() if kind.format == "onnx"),
+    "zoo.variant": "the variant kind (zoo.variants): " + " | ".join(onnx_kinds()),
     "zoo.precision.weights": "storage type of the weights (fp32, fp16, int8)",
     "zoo.precision.activations": "type of activations between ops (fp32, fp16, uint8)",
     "zoo.precision.compute": "arithmetic the kernels are meant to use (fp32, fp16, int8 u8xs8)",
@@ -338,14 +339,54 @@ def export_fp16(fp32_path: Path, path: Path) -> Path:
     return _atomic_save(model, path)
 
 
-def export_int8_dynamic(fp32_path: Path, path: Path, op_types: list[str] | None = None) -> Path:
-    """Dynamic quantization with onnxruntime: int8 weights, activations quantized per batch inside the integer ops
-    (no calibration data), embedding tables as in the other int8 files."""
+# What onnxruntime's dynamic quantization has integer CPU kernels for with s8 weights (ConvInteger takes u8 weights
+# only, and Gemm has no dynamic kernel: Gemms are rewritten as MatMul + Add first).
+DYNAMIC_OP_TYPES = ["MatMul", "Attention", "LSTM"]
+DYNAMIC_KERNELS = {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM",
+                   "QAttention"}
+
+
+def gemm_as_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rewrite Gemm nodes over a weight initializer (a Linear layer on 2-D input) as MatMul + Add, the form dynamic
+    quantization knows; the arithmetic is the same."""
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes = []
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type != "Gemm" or node.input[1] not in inits or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            nodes.append(node)
+            continue
+        weight = numpy_helper.to_array(inits[node.input[1]])
+        name = f"{node.input[1]}.matmul"
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.ascontiguousarray(weight.T if attrs.get("transB", 0) else weight), name))
+        product = node.output[0] if len(node.input) < 3 else f"{node.name or node.output[0]}.product"
+        nodes.append(helper.make_node("MatMul", [node.input[0], name], [product], name=f"{node.name}.MatMul"))
+        if len(node.input) >= 3:
+            nodes.append(helper.make_node("Add", [product, node.input[2]], [node.output[0]], name=f"{node.name}.Add"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    used = {i for node in model.graph.node for i in node.input}
+    kept = [i for i in model.graph.initializer if i.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return model
+
+
+def export_int8_dynamic(fp32_path: Path, path: Path) -> Path:
+    """Dynamic quantization with onnxruntime: int8 weights of the MatMul-type ops, activations quantized per batch
+    inside the integer kernels (no calibration data), embedding tables as in the other int8 files."""
     tmp, prepared = path.with_suffix(".dyn.tmp"), path.with_suffix(".pre.tmp")
     quant_pre_process(str(fp32_path), str(prepared))
+    _atomic_save(gemm_as_matmul(onnx.load(str(prepared))), prepared)
     quantize_dynamic(str(prepared), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=op_types)
+                     op_types_to_quantize=DYNAMIC_OP_TYPES)
     prepared.unlink()
-    _atomic_save(quantize_embeddings(onnx.load(str(tmp))), path)
+    model = onnx.load(str(tmp))
     tmp.unlink()
+    if not {n.op_type for n in model.graph.node} & DYNAMIC_KERNELS:
+        raise ZooError(f"{fp32_path.name} has no {'/'.join(DYNAMIC_OP_TYPES)} or Linear layer for dynamic quantization "
+                       "to make int8 (its Conv layers need calibration: int8-ptq)")
+    _atomic_save(quantize_embeddings(model), path)
     return path

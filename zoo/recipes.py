@@ -49,6 +49,11 @@ class Quantization(Strict):
     # weight-bearing ops: quantizing BERT's attention-mask Add (input range -3.4e38..x) collapsed attention.
     ptq_op_types: list[str] | None = None
 
+    def allows(self, drop: float) -> bool:
+        """The int8 rule, for the trainer and `zoo validate` alike: an int8 file may lose at most max_accuracy_drop
+        of fp32's accuracy."""
+        return drop <= self.max_accuracy_drop + 1e-12
+
 
 class Parallelism(Strict):
     # ddp, fsdp (FSDP2), zero1-3 (DeepSpeed ZeRO), ds-pp (DeepSpeed PipelineModule), horovod, tp (tensor

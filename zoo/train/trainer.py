@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from zoo import faults
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
+from zoo.evaluate import label_accuracy
 from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
@@ -200,7 +201,7 @@ def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
 @torch.no_grad()
 def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     device = next(model.parameters()).device
-    return float((model(x.to(device)).argmax(dim=1).cpu() == y).float().mean())
+    return label_accuracy(model(x.to(device)).float().cpu().numpy(), y.numpy())
 
 
 def steps_for(recipe: Recipe, n_train: int) -> int:

@@ -53,22 +53,23 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
                                        agreement_with_primary=prediction_agreement(path, reference, x))
     results["fp32"] = VariantResult(**_result(fp32, primary, accuracy(fp32, x, y)), extra_opsets=extra)
 
-    if "int8-qat" in wanted:
-        if converted is None:
-            raise ValueError("int8-qat export needs the QAT-converted model")
-        path = export.stamp(export.export_int8_qat(converted, example, out / KINDS["int8-qat"].file), "int8-qat",
-                            export.inherited_metadata(fp32), source=fp32)
-        results["int8-qat"] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
     for key, kind in KINDS.items():  # the table's order: cards list variants in it
-        if key in wanted and kind.made == "fp32":
+        if key not in wanted or key == "fp32":
+            continue
+        if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
+            if converted is None:
+                raise ValueError(f"{key} export needs the QAT-converted model (quantization.scheme: qat-int8)")
+            path = export.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
+                                export.inherited_metadata(fp32), source=fp32)
+        else:
             path = make_file(kind, fp32, out / kind.file, origin, recipe, data)
-            results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
+        results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
 
     for key, result in results.items():
         if KINDS[key].int8:
             result.int8_kernels = sorted(kernel_types(out / result.file) & INT8_KERNELS)
             result.accuracy_drop = results["fp32"].accuracy - result.accuracy
-            result.within_bound = result.accuracy_drop <= recipe.quantization.max_accuracy_drop + 1e-12
+            result.within_bound = recipe.quantization.allows(result.accuracy_drop)
     return results
 
 

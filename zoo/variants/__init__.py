@@ -8,7 +8,7 @@ these fields; they never branch on a kind's name or format.
 How a kind is made (`made`):
 - `training`: the trainer's run makes it from the torch model (fp32, int8-qat). It needs the recipe: a store must
   hold it (a *primary*).
-- `fp32`: a deterministic function of the built fp32 file, by `tool` (see zoo.variants.make): `zoo build`, `zoo
+- `from-fp32`: a deterministic function of the built fp32 file, by `tool` (see zoo.variants.make): `zoo build`, `zoo
   export` and `zoo fetch` (when no store has it) make the same bytes on the same CPU and libraries.
 - `retraining`: the fp32 weights retrained by another recipe (federated). A primary too.
 
@@ -23,7 +23,7 @@ from typing import Literal
 
 from zoo.errors import ZooError
 
-Made = Literal["training", "fp32", "retraining"]
+Made = Literal["training", "from-fp32", "retraining"]
 # How validation compares a kind's file with the fp32 reference outputs stored in test_data_set_*:
 # outputs: logits within `atol`; labels: predicted labels agree on `label_agreement` of the examples;
 # artifacts: onnxruntime-training archive (its untouched export is compared as fp32); retrained: the weights moved
@@ -49,7 +49,7 @@ class Kind:
     reference: Reference
     metadata: dict[str, str] = field(default_factory=dict)  # zoo.precision.* / zoo.quantization stamped in the file
     format: Literal["onnx", "ort-training"] = "onnx"
-    tool: str | None = None  # made == "fp32": the function of zoo.variants.make.TOOLS that makes it
+    tool: str | None = None  # made == "from-fp32": the function of zoo.variants.make.TOOLS that makes it
     atol: float = 1e-3  # reference "outputs": logits within this of fp32's
     label_agreement: float = 0.9  # reference "labels"
     in_recipe: bool = False  # a recipe's export.variants may list it: the training run makes and measures it
@@ -59,7 +59,7 @@ class Kind:
     @property
     def primary(self) -> bool:
         """A store must hold it: only training (or retraining) can make it."""
-        return self.made != "fp32"
+        return self.made != "from-fp32"
 
     @property
     def int8(self) -> bool:
@@ -82,12 +82,12 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
          tolerance=0.01, reference="labels", in_recipe=True, fixed_opset=20, docs_column=True,
          metadata={**_INT8, "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor "
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
-    Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "fp32",
+    Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
          "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
          tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, docs_column=True,
          metadata={**_INT8, "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, "
                    "activations u8 per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME}),
-    Kind("int8-dynamic", "model.int8-dynamic.onnx", "int8", "dynamic", "fp32",
+    Kind("int8-dynamic", "model.int8-dynamic.onnx", "int8", "dynamic", "from-fp32",
          "onnxruntime quantize_dynamic of the fp32 file: int8 weights, activations quantized per batch at run time",
          tolerance=0.01, reference="labels", tool="quantize_dynamic", in_recipe=True,
          metadata={"zoo.precision.weights": "int8", "zoo.precision.activations": "fp32 (u8 per batch inside the "
@@ -95,12 +95,12 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
                    "zoo.precision.accumulation": "int32",
                    "zoo.quantization": "dynamic: onnxruntime quantize_dynamic, weights s8 per-channel, activations u8 "
                    "per-tensor computed per batch, " + EMBEDDING_SCHEME}),
-    Kind("fp16", "model.fp16.onnx", "fp16", "none", "fp32",
+    Kind("fp16", "model.fp16.onnx", "fp16", "none", "from-fp32",
          "fp16 weights and compute, fp32 inputs and outputs (onnxruntime's float16 converter)",
          tolerance=0.002, reference="outputs", atol=2e-2, tool="float16", in_recipe=True, docs_column=True,
          metadata={"zoo.precision.weights": "fp16", "zoo.precision.activations": "fp16", "zoo.precision.compute": "fp16",
                    "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"}),
-    Kind("ort-training", "model.ort-training.zip", "fp32", "none", "fp32",
+    Kind("ort-training", "model.ort-training.zip", "fp32", "none", "from-fp32",
          "onnxruntime-training artifacts (training, eval, optimizer models, checkpoint) for the card's trainable "
          "split, in one zip", tolerance=0.001, reference="artifacts", format="ort-training", tool="ort_training"),
     Kind("federated", "model.federated.onnx", "fp32", "none", "retraining",
@@ -140,4 +140,4 @@ def is_primary(key: str, variant) -> bool:
 
 def made_from_fp32(key: str, variant) -> bool:
     """A deterministic function of the fp32 file: `zoo fetch` makes it when no store has it."""
-    return kind_of(key, variant).made == "fp32"
+    return kind_of(key, variant).made == "from-fp32"

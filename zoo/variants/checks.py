@@ -79,12 +79,10 @@ class EntryChecks:
     def name(self) -> str:
         return self.card.name
 
-    def max_accuracy_drop(self) -> float:
-        """The recipe's bound on what int8 may lose against fp32 (the schema's default without a recipe)."""
+    def quantization(self) -> Quantization:
+        """The recipe's quantization section (its int8 drop rule); the schema's defaults without a recipe."""
         recipe = self.card.training.recipe
-        if recipe is None:
-            return Quantization().max_accuracy_drop
-        return load_recipe(recipe, model=self.card.architecture).quantization.max_accuracy_drop
+        return load_recipe(recipe, model=self.card.architecture).quantization if recipe else Quantization()
 
     def has_artifacts(self) -> bool:
         return any(kind_of(k, v).reference == "artifacts" for k, v in self.card.variants.items() if v.built)
@@ -116,12 +114,12 @@ def variant_rows(checks: EntryChecks, key: str, variant: Variant) -> list[Row]:
             rows.append(_ort_training_row(name, key, path, x, y, logits, checks.scratch))
         reference = logits.argmax(1)
         for opset, file in variant.extra_opsets.items():
-            agree = float((predict(checks.folder / file, x).argmax(1) == reference).mean())
+            agree = label_accuracy(predict(checks.folder / file, x), reference)
             rows.append(Row(name, key, f"opset {opset}", agree >= AGREEMENT, agree, 1.0,
                             detail=f"{file}: same predictions as opset {variant.opset}"))
     elif kind.int8 and checks.fp32_accuracy is not None:
-        drop, bound = checks.fp32_accuracy - accuracy, checks.max_accuracy_drop()
-        rows.append(Row(name, key, "int8 drop", drop <= bound + 1e-12, drop, bound,
+        drop, rule = checks.fp32_accuracy - accuracy, checks.quantization()
+        rows.append(Row(name, key, "int8 drop", rule.allows(drop), drop, rule.max_accuracy_drop,
                         detail="accuracy lost vs fp32 (bound: the recipe's quantization.max_accuracy_drop)"))
     return rows
 
@@ -137,7 +135,7 @@ def _test_set_rows(name: str, key: str, kind: Kind, path: Path, test_sets) -> li
     for i, (inputs, expected) in enumerate(test_sets):
         got = predict(path, inputs)
         if kind.reference == "labels":
-            agree = float((got.argmax(1) == expected.argmax(1)).mean())
+            agree = label_accuracy(got, expected.argmax(1))
             rows.append(Row(name, key, f"test_data_set_{i}", agree >= kind.label_agreement, agree, 1.0,
                             detail="label agreement with the fp32 reference outputs"))
         else:

@@ -72,7 +72,7 @@ def make_file(kind: Kind, fp32: Path, target: Path, origin: Origin, recipe: Reci
               data: Dataset | None = None) -> Path:
     """The file of `kind` made from `fp32` at `target`; ONNX files are stamped with the fp32 file's provenance.
     `recipe`/`data`: already loaded ones (the trainer's), else the origin's. Bytes only: measuring is the caller's."""
-    if kind.made != "fp32":
+    if kind.made != "from-fp32":
         raise ZooError(f"'{kind.key}' is not made from the fp32 file: {kind.summary}")
     target.parent.mkdir(parents=True, exist_ok=True)
     recipe = recipe or load_recipe(origin.recipe, model=origin.architecture)
@@ -115,8 +115,8 @@ def spec_for(name: str, key: str, variants: dict) -> dict:
     kind the card does not declare yet)."""
     if key in variants:
         return variants[key]
-    if key not in KINDS or KINDS[key].made != "fp32":
-        addable = [k for k, kind in KINDS.items() if kind.made == "fp32"]
+    if key not in KINDS or KINDS[key].made != "from-fp32":
+        addable = [k for k, kind in KINDS.items() if kind.made == "from-fp32"]
         raise ZooError(f"'{name}' has no variant '{key}': declare it on its card (`recipe: <federated recipe>` for "
                        f"retraining), or export one of: {', '.join(addable)}")
     return {k: v for k, v in KINDS[key].card_fields(0).items() if k != "opset"}
@@ -132,7 +132,7 @@ def make_variant(key: str, spec: dict, fp32: Path, entry_dir: Path, origin: Orig
     if kind.made == "retraining":
         log(f"[{entry_dir.name}] {key}: {kind.summary} (recipe {spec['recipe']})")
         measured = _retrain(fp32, target, spec["recipe"], origin.dataset, env)
-    elif kind.made == "fp32":
+    elif kind.made == "from-fp32":
         log(f"[{entry_dir.name}] {key}: {kind.summary}")
         make_file(kind, fp32, target, origin)
         measured = _measure(kind, target, fp32, origin)

@@ -15,7 +15,7 @@ from zoo import export
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
 from zoo.errors import ZooError
-from zoo.evaluate import predict
+from zoo.evaluate import label_accuracy, predict
 from zoo.models import build_model
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY
 from zoo.recipes import load_recipe
@@ -59,7 +59,7 @@ def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_a
 
 def prediction_agreement(candidate: Path, reference: np.ndarray, x: np.ndarray) -> float:
     """Share of examples on which `candidate` predicts the `reference` labels (fp32's)."""
-    return float((predict(candidate, x).argmax(1) == reference).mean())
+    return label_accuracy(predict(candidate, x), reference)
 
 
 def opset_range(fp32: Path, origin: Origin, primary: int, model_args: dict | None = None,

@@ -1,0 +1,149 @@
+"""The package's shape: an acyclic import graph with imports at the top, and one table of variant kinds that the
+stages read instead of branching on a kind's name or format."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+from zoo import docs, variants
+from zoo.cards import parse_card
+from zoo.errors import CardError
+from zoo.recipes import load_recipe
+from zoo.variants import KINDS, Kind, kind_of
+from zoo.variants.make import TOOLS
+
+PACKAGE = REPO / "zoo"
+# Optional dependencies the package imports only where they are used (make setup may not manage to build them).
+OPTIONAL = ("deepspeed", "horovod", "oneccl_bindings_for_pytorch")
+# Entry points that import heavy command implementations lazily so `zoo list`, `zoo --help` and `import zoo` stay
+# fast (torch + onnxruntime take ~5 s to load).
+LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo"}
+# The stages that must read the kinds table, never branch on a kind's name or format themselves.
+STAGES = ["build.py", "export.py", "store/fetch.py", "store/publish.py", "validate.py", "evaluate.py", "docs.py",
+          "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports(path: Path) -> list[tuple[ast.AST, list[str]]]:
+    """(node, imported module names) of every import statement in the file, top-level or not."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.append((node, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node, [f"{node.module}.{a.name}" for a in node.names] + [node.module]))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _, imported in _imports(path):
+            graph[name] |= {m for m in map(owner, imported) if m and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def test_the_package_has_no_import_cycles():
+    graph, state, cycles = _graph(), {}, []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [node, nxt]) if nxt in stack else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, [*stack, node])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, cycles
+
+
+def test_imports_are_at_the_top_except_documented_lazy_ones():
+    offenders = []
+    for name, path in _modules().items():
+        lines = path.read_text().splitlines()
+        for node, imported in _imports(path):
+            if node.col_offset == 0:
+                continue
+            allowed = name in LIGHT_ENTRY_POINTS or any(m.split(".")[0] in OPTIONAL for m in imported)
+            if not allowed or "# lazy:" not in lines[node.lineno - 1]:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not offenders, "function-local imports (top of the module, or an optional dependency with a "\
+                          "`# lazy: why` comment):\n" + "\n".join(offenders)
+
+
+def test_stages_do_not_branch_on_kind_names_or_formats():
+    """Comparisons against a kind's key (other than the fp32 reference every card has) or a file format belong to
+    zoo/variants; the stages ask the table (kind_of(...).made / .reference / .primary ...)."""
+    names = (set(KINDS) - {"fp32"}) | {kind.format for kind in KINDS.values()}
+    offenders = []
+    for stage in STAGES:
+        path = PACKAGE / stage
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            constants = [c.value for c in operands if isinstance(c, ast.Constant)]
+            constants += [e.value for c in operands if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts
+                          if isinstance(e, ast.Constant)]
+            attributes = [c.attr for c in operands if isinstance(c, ast.Attribute)]
+            if names & set(constants) or {"format", "recipe"} & set(attributes):
+                offenders.append(f"{stage}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, offenders
+
+
+def test_each_kind_is_complete():
+    for key, kind in KINDS.items():
+        assert kind.key == key and kind.summary and kind.tolerance > 0
+        if kind.made == "from-fp32":
+            assert kind.tool in TOOLS, f"{key}: no tool makes it from fp32"
+        if kind.format == "onnx" and kind.made != "retraining":
+            assert {"zoo.precision.weights", "zoo.quantization"} <= set(kind.metadata), key
+
+
+@pytest.fixture
+def test_kind(monkeypatch):
+    """A kind that exists only in this test: one entry in the table."""
+    kind = dataclasses.replace(KINDS["int8-ptq"], key="int8-test", file="model.int8-test.onnx", quantization="static",
+                               summary="a test-only kind", docs_column=True)
+    monkeypatch.setitem(variants.KINDS, kind.key, kind)
+    return kind
+
+
+def test_a_kind_added_to_the_table_reaches_recipes_cards_and_docs(test_kind: Kind):
+    recipe = load_recipe("qat-int8", ["export.variants=[fp32,int8-test]"])
+    assert recipe.export.variants == ["fp32", "int8-test"]
+    with pytest.raises(CardError, match="unknown; a recipe exports"):
+        load_recipe("qat-int8", ["export.variants=[fp32,int8-nope]"])
+    card = {"name": "t", "architecture": "digits-cnn", "family": "cnn", "task": "classification", "description": "d",
+            "license": "MIT", "dataset": {"name": "digits", "source": "s", "license": "l", "splits": {"test": 1}},
+            "preprocessing": [], "inputs": [], "outputs": [], "num_params": 1, "training": {"command": "c"},
+            "variants": {"fp32": KINDS["fp32"].card_fields(17), "int8-test": test_kind.card_fields(17)}}
+    parsed = parse_card(card, "card.yaml")
+    assert kind_of("int8-test", parsed.variants["int8-test"]) is test_kind
+    assert not test_kind.primary and test_kind.int8
+    with pytest.raises(CardError, match="no kind the zoo knows"):
+        parse_card({**card, "variants": {**card["variants"], "int9": test_kind.card_fields(17)}}, "card.yaml")
+    assert "int8-test" in docs.index_page({}, {}, {}) and "a test-only kind" in docs.kinds_reference()
