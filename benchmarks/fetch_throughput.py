@@ -1,5 +1,6 @@
-"""Fetch throughput, side by side in one run: file remote and HTTP (giftless) remote vs a plain copy of the
-same bytes, and the time of a cached fetch. Writes benchmarks/results/fetch_throughput.{json,md}.
+"""Fetch throughput, side by side in one run: `zoo fetch` from a file remote (bare repo) and an HTTP (giftless)
+remote vs a plain copy of the same bytes, sha256 of them alone (the verification floor), `git lfs pull` from the
+same two stores, and a cached fetch. Writes benchmarks/results/fetch_throughput.{json,md}.
 
     python benchmarks/fetch_throughput.py [--size-mib 64] [--repeats 3]
 """
@@ -24,6 +25,7 @@ from tests.helpers import LfsServer, write_entry  # noqa: E402  (real server + r
 from zoo import catalog  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
+from zoo.store.pointer import sha256_file  # noqa: E402
 from zoo.store.publish import publish  # noqa: E402
 
 
@@ -31,6 +33,41 @@ def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _git(*args: str, cwd: Path) -> None:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} failed in {cwd}: {done.stderr.strip()[-500:]}")
+
+
+def _lfs_checkout(tmp: Path, name: str, pointer_text: str, url: str) -> Path:
+    """A repository whose one commit holds the object's pointer, reading LFS objects from `url`."""
+    repo = tmp / name
+    repo.mkdir()
+    _git("init", "-q", "-b", "main", cwd=repo)
+    _git("lfs", "install", "--local", cwd=repo)  # filters in this temporary repo only
+    (repo / ".gitattributes").write_text("*.onnx filter=lfs diff=lfs merge=lfs -text\n")
+    (repo / "model.onnx").write_text(pointer_text)
+    _git("add", ".", cwd=repo)
+    _git("-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-m", "pointer", cwd=repo)
+    if url.startswith(("http://", "https://")):
+        _git("config", "lfs.url", url, cwd=repo)
+    else:  # git-lfs reads a bare repo store through the remote it was cloned from
+        _git("remote", "add", "origin", url, cwd=repo)
+    _git("config", "lfs.locksverify", "false", cwd=repo)
+    return repo
+
+
+def _git_lfs_pull(repo: Path, pointer_text: str) -> None:
+    """Forget the object, then `git lfs pull` it (download, verify, check out)."""
+    shutil.rmtree(repo / ".git" / "lfs" / "objects", ignore_errors=True)
+    (repo / "model.onnx").write_text(pointer_text)
+    _git("lfs", "pull", cwd=repo)
+
+
+def _sha256(path: Path) -> None:
+    sha256_file(path)
 
 
 def main() -> None:
@@ -56,12 +93,20 @@ def main() -> None:
         try:
             publish("bench", str(bare))
             publish("bench", server.url)
-            rows: dict[str, list[float]] = {"plain copy": [], "file remote": [], "http remote": [], "cached": []}
+            pointer_text = source.read_text()  # publish left the pointer in the checkout
+            lfs_repos = {"git lfs pull, file store": _lfs_checkout(tmp, "lfs-file", pointer_text, str(bare)),
+                         "git lfs pull, http server": _lfs_checkout(tmp, "lfs-http", pointer_text, server.url)}
+            rows: dict[str, list[float]] = {"plain copy": [], "sha256 alone": [], "file remote": [],
+                                            "git lfs pull, file store": [], "http remote": [],
+                                            "git lfs pull, http server": [], "cached": []}
             for i in range(args.repeats):
                 rows["plain copy"].append(_timed(lambda: shutil.copyfile(plain, tmp / f"copy-{i}.bin")))
+                rows["sha256 alone"].append(_timed(lambda: _sha256(plain)))
                 for label, url in (("file remote", str(bare)), ("http remote", server.url)):
                     os.environ["ZOO_HOME"] = str(tmp / f"home-{label.split()[0]}-{i}")
                     rows[label].append(_timed(lambda: fetch("bench", remotes=[url], show_progress=False)))
+                for label, repo in lfs_repos.items():
+                    rows[label].append(_timed(lambda: _git_lfs_pull(repo, pointer_text)))
                 rows["cached"].append(_timed(lambda: fetch("bench", remotes=[], show_progress=False)))
         finally:
             server.stop()
@@ -72,8 +117,10 @@ def main() -> None:
         "median_seconds": medians,
         "throughput_mib_s": {k: size / (1 << 20) / v for k, v in medians.items()},
         "ratio_vs_plain_copy": {k: v / base for k, v in medians.items()},
-        "note": "fetch = download/copy + streaming sha256 + atomic rename into the cache; cached = sha256 re-check of "
-                "the cached object. One run, same machine, medians.",
+        "note": "fetch = download/copy with sha256 overlapped in a second thread + atomic rename into the cache; "
+                "git lfs pull = its own download + verify + checkout of the same object from the same store; sha256 "
+                "alone = hashing the bytes once (no fetch with verification can beat it); cached = sha256 re-check "
+                "of the cached object. One run, same machine, medians.",
     }
     out = ROOT / "benchmarks" / "results"
     atomic_write_text(out / "fetch_throughput.json", json.dumps(result, indent=2) + "\n")

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zoo.fsutil import atomic_write_text  # noqa: E402
+from zoo.train.summary import RunSummary  # noqa: E402
 
 BIN = Path(sys.executable).parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -73,7 +74,7 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
     if done.returncode != 0:  # one failing layout is reported, the others still measured
         errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line and "Warning" not in line]
         return {"processes": nproc, "error": (errors or ["exit status %d" % done.returncode])[-1][:300]}
-    summary = json.loads((out / "summary.json").read_text())
+    summary = RunSummary.read(out).model_dump(mode="json")  # validated by the schema
     phase = summary["phases"]["fp32"]
     model_mib = [p - b for p, b in zip(phase["peak_rss_mib"], summary["baseline_rss_mib"])]
     return {"processes": nproc, "strategy": summary["strategy"], "num_params": summary["num_params"],

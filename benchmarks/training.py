@@ -24,6 +24,7 @@ from zoo.data import load_dataset  # noqa: E402
 from zoo.evaluate import latency_ms  # noqa: E402
 from zoo.models import model_spec  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
+from zoo.train.summary import RunSummary  # noqa: E402
 
 
 def run(out: Path, model: str, steps: int, nproc: int) -> dict:
@@ -35,7 +36,7 @@ def run(out: Path, model: str, steps: int, nproc: int) -> dict:
     else:
         cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone", f"--nproc_per_node={nproc}", launcher, *args]
     subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True)
-    return json.loads((out / "summary.json").read_text())
+    return RunSummary.read(out).model_dump(mode="json")  # validated by the schema
 
 
 def main() -> None:

@@ -91,6 +91,10 @@ def test_killed_rank_restarts_and_resumes_to_same_weights(tmp_path):
     assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
     clean, resumed = _state(tmp_path, "clean"), _state(tmp_path, "crashed")
     assert all(torch.equal(clean[k], resumed[k]) for k in clean)
+    # the loss curve survives the restart: steps before it come from the checkpoint folder, so it is the clean run's
+    losses = {run: json.loads((tmp_path / run / "summary.json").read_text())["phases"]["fp32"]["losses"]
+              for run in ("clean", "crashed")}
+    assert len(losses["crashed"]) == 24 and losses["crashed"] == losses["clean"]
     # --resume after a finished run trains nothing more and lands on the same weights
     again = train(tmp_path, "crashed", *args, "--resume", nproc=2)
     assert "resumed from the checkpoint at step 24" in again.stdout + again.stderr

@@ -232,3 +232,22 @@ def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(
     assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr and "Traceback" not in refused.stderr
     page = docs.model_page(catalog.entries(tmp_path / "entries")["quick-digits"], {}, {}, tmp_path)
     assert "| int8-dynamic | int8 | dynamic |" in page and KINDS["int8-dynamic"].summary in page
+
+
+def test_a_failing_run_names_a_failing_row_with_full_hashes(published, tmp_path):
+    env, _ = _copy(published, tmp_path)
+    card_path = tmp_path / "entries" / "quick-digits" / "card.yaml"
+    card = yaml.safe_load(card_path.read_text())
+    real = card["variants"]["fp16"]["sha256"]
+    card["variants"]["fp16"]["metrics"]["accuracy"] = min(1.0, card["variants"]["fp16"]["metrics"]["accuracy"] + 0.05)
+    card["variants"]["fp16"]["sha256"] = "f" * 64
+    card_path.write_text(yaml.safe_dump(card, sort_keys=False))
+    result = zoo_cli("validate", "--json", env=env, timeout=600)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    summary = result.stderr.strip().splitlines()[-1]
+    failed = _failed(result)
+    first = failed[0]
+    assert f"first: {first['entry']} {first['variant']} {first['check']}" in summary and not first["ok"]
+    assert "matches the cards" not in summary  # a failing row is named, never a passing one
+    sha = next(r for r in failed if r["variant"] == "fp16" and r["check"] == "sha256")
+    assert real in sha["detail"] and "f" * 64 in sha["detail"]  # both hashes whole

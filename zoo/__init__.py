@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -14,6 +15,10 @@ from pathlib import Path
 # `--json` output) when it finds no GPU. Without NVIDIA devices the answer is known: say it up front.
 if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
     os.environ["DS_ACCELERATOR"] = "cpu"
+# torchao (imported by the QAT code and by transformers) warns at import about CUDA kernels a CPU build lacks, and torch
+# about its own enum registrations: noise on every command's terminal, none of it actionable.
+for _noisy in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):
+    logging.getLogger(_noisy).setLevel(logging.ERROR)
 
 from zoo.catalog import get_card, get_entry, list_models
 from zoo.errors import ZooError

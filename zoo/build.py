@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 from onnx import numpy_helper
 
 from zoo import catalog
-from zoo.cards import CARD_FILE, dump_card, parse_card
+from zoo.cards import CARD_FILE, check_paths, dump_card, parse_card, read_yaml
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
@@ -49,10 +48,11 @@ def _raw_card(name: str) -> tuple[Path, dict]:
     path = entries_dir() / name / CARD_FILE
     if not path.exists():
         catalog.get_entry(name)  # raises with did-you-mean suggestions
-    try:
-        return path, yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise CardError(f"{path}: not valid YAML ({exc})") from None
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CardError(f"{path}: the top level must be a mapping of card fields")
+    check_paths(raw, path.parent, str(path))  # before anything is trained or written
+    return path, raw
 
 
 def build_paths(names: list[str]) -> list[Path]:
@@ -82,6 +82,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     trainable = raw.get("trainable")
     if trainable and trainable != ["*"]:  # the card's on-device split, recorded in the fp32 file's metadata
         overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
+    load_recipe(recipe, list(overrides), model=architecture)  # a bad recipe fails here, once, not in every worker
     command = [*train_command(recipe, architecture, nproc), *overrides]
     env = build_environment(threads, commit)
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:

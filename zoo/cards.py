@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zoo.errors import CardError, ZooError
+from zoo.fsutil import contained
 from zoo.variants import KINDS, kind_of
 
 CARD_FILE = "card.yaml"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+FRACTION_METRICS = {"accuracy"}  # and every "*_accuracy": shares of examples, in [0, 1]
 
 
 class Strict(BaseModel):
@@ -85,6 +87,15 @@ class Variant(Strict):
     # `zoo fetch NAME --opset N` serves any of them.
     opset_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
 
+    @field_validator("metrics")
+    @classmethod
+    def _fractions(cls, metrics: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in metrics.items() if k in FRACTION_METRICS or k.endswith("_accuracy")
+               if not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"{', '.join(f'{k} {v}' for k, v in bad.items())}: accuracies are fractions in [0, 1]")
+        return metrics
+
     @model_validator(mode="after")
     def _built_together(self) -> "Variant":
         if (self.sha256 is None) != (self.size is None):
@@ -151,34 +162,59 @@ def validate_file_data(schema: type[T], data: object, source: str) -> T:
         problems = []
         for err in exc.errors():
             kind = {"extra_forbidden": "unknown field", "missing": "missing required field"}.get(err["type"], err["msg"])
-            problems.append(f"{'.'.join(str(part) for part in err['loc']) or '(top level)'}: {kind}")
-        raise CardError(f"{source}: " + "; ".join(problems)) from None
+            problems.append(f"{'.'.join(_shown(part) for part in err['loc']) or '(top level)'}: {kind}")
+        message = f"{source}: " + "; ".join(problems)  # values quoted by validators may hold anything: escape it
+        raise CardError("".join(c if c.isprintable() else repr(c)[1:-1] for c in message)) from None
+
+
+def _shown(part: object) -> str:
+    """A field name as it reads in a one-line error: odd names (control characters, blanks) quoted."""
+    text = str(part)
+    return text if text and text.isprintable() and text.strip() == text else repr(text)
 
 
 def parse_card(data: object, source: str) -> ModelCard:
     return validate_file_data(ModelCard, data, source)
 
 
-def load_card(path: Path) -> ModelCard:
+def read_yaml(path: Path) -> object:
+    """A card's or recipe's YAML document; unreadable, non-UTF-8 or malformed files are one-line CardErrors."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CardError(f"{path}: not UTF-8 text (byte {exc.start}): save it as UTF-8 YAML") from None
     except yaml.YAMLError as exc:
-        raise CardError(f"{path}: not valid YAML ({exc.problem if hasattr(exc, 'problem') else exc})") from None
+        problem = getattr(exc, "problem", None) or str(exc)
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CardError(f"{path}: not valid YAML ({' '.join(str(problem).split())}{where})") from None
+    except OSError as exc:
+        raise CardError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def load_card(path: Path) -> ModelCard:
+    data = read_yaml(path)
     card = parse_card(data, str(path))
     if card.name != path.parent.name:
         raise CardError(f"{path}: name: '{card.name}' differs from its folder '{path.parent.name}'")
-    for key, variant in card.variants.items():
-        for file in [variant.file, *variant.extra_opsets.values()]:
-            check_inside(path.parent, file, f"{path}: variants.{key}.file")
+    check_paths(data, path.parent, str(path))
     return card
 
 
 def check_inside(entry_dir: Path, file: str, where: str) -> Path:
-    """The file's path, refusing any that escapes its entry folder (absolute paths, `..`, links out)."""
-    target = (entry_dir / file).resolve()
-    if Path(file).is_absolute() or not target.is_relative_to(entry_dir.resolve()):
-        raise CardError(f"{where}: '{file}' escapes its entry folder; card paths must stay inside {entry_dir.name}/")
-    return target
+    """A card's file path inside its entry folder (zoo.fsutil.contained), as a card error."""
+    return contained(entry_dir, file, where, CardError, role="entry folder")
+
+
+def check_paths(raw: object, entry_dir: Path, source: str) -> None:
+    """Every file path a card (parsed or still raw, as `zoo build` reads it) names stays inside its entry folder."""
+    variants = raw.get("variants") if isinstance(raw, dict) else None
+    for key, variant in (variants.items() if isinstance(variants, dict) else []):
+        if isinstance(variant, dict):
+            extra = variant.get("extra_opsets")
+            for file in [variant.get("file"), *(extra.values() if isinstance(extra, dict) else [])]:
+                if isinstance(file, (str, Path)):
+                    check_inside(entry_dir, str(file), f"{source}: variants.{key}.file")
 
 
 class _CardDumper(yaml.SafeDumper):

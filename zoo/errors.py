@@ -27,5 +27,9 @@ class ObjectNotFoundError(ZooError):
     """No source (checkout, cache, remotes) had the object."""
 
 
+class StoreUnreachableError(ObjectNotFoundError):
+    """No store that answered had the object, and at least one store could not be reached: maybe it has it."""
+
+
 class RemoteError(ZooError):
     """A remote failed (after retries) or refused a request."""

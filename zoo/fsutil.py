@@ -1,4 +1,5 @@
-"""Atomic file writes: a temporary file beside the target, then a rename, so no reader ever sees half a file."""
+"""Where the zoo writes: paths held inside their folder, and atomic writes (a temporary file beside the target, then a
+rename, so no reader ever sees half a file)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,24 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from zoo.errors import ZooError
+
+
+class PathEscapeError(ZooError):
+    """A path from a card, recipe or argument that leads outside the folder it belongs to."""
+
+
+def contained(folder: Path, name: str | Path, where: str, error: type[ZooError] = PathEscapeError,
+              role: str = "folder") -> Path:
+    """`folder / name`, resolved, or `error` when it leaves `folder`: an absolute name, `..` parts, or a symlink (of
+    the file or of a folder on the way) that points outside. Every path the zoo writes or uploads from a card, a
+    recipe or an argument goes through here before anything is written."""
+    base = Path(folder).resolve()
+    target = (Path(folder) / name).resolve()
+    if Path(name).is_absolute() or not target.is_relative_to(base):
+        raise error(f"{where}: {str(name)!r} escapes its {role} {base.name}/ (paths must stay inside it)")
+    return target
 
 
 def _umask() -> int:

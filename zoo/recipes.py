@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from zoo.cards import validate_file_data
+from zoo.cards import read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
 from zoo.variants import recipe_kinds
@@ -173,10 +173,10 @@ def _set_dotted(data: dict, key: str, value: object, source: str) -> None:
 def load_recipe(name_or_path: str, overrides: list[str] | None = None, **fields: object) -> Recipe:
     """The recipe, with `key=value` overrides (dotted keys, YAML values) and explicit fields applied."""
     path = recipe_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise CardError(f"{path}: not valid YAML ({exc})") from None
+    data = read_yaml(path) or {}
+    if not isinstance(data, dict):
+        raise CardError(f"{path}: the top level must be a mapping of recipe fields (name, model, ...), "
+                        f"not a {type(data).__name__}")
     overridden = set()
     for item in overrides or []:
         if "=" not in item:

@@ -203,7 +203,8 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
             actual = pointer_for(path)
             same = (actual.oid, actual.size) == (variant.sha256, variant.size)
             rows.append(Row(entry.name, key, "sha256", same, detail=f"equals the card's ({variant.sha256})" if same else
-                            f"file {actual.oid} ({actual.size} bytes), card {variant.sha256} ({variant.size} bytes)"))
+                            f"file sha256 {actual.oid} ({actual.size} bytes) differs from the card's sha256 "
+                            f"{variant.sha256} ({variant.size} bytes)"))
         rows += variant_rows(checks, key, variant)
     return rows
 
@@ -229,8 +230,9 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
     targets = names or catalog.list_models()
     rows: list[Row] = []
     committed = catalog.manifest_path()
-    rows.append(Row("*", "*", "manifest", committed.exists() and committed.read_text() == catalog.manifest_text(),
-                    detail=f"{committed.name} matches the cards" ))
+    current = committed.exists() and committed.read_text() == catalog.manifest_text()
+    rows.append(Row("*", "*", "manifest", current, detail=f"{committed.name} matches the cards" if current else
+                    f"{committed.name} differs from the cards: run `zoo manifest` and commit it"))
     # The rebuild budget is for the whole run: cheapest entries first, each rebuild spends its card's build time.
     targets = sorted(targets, key=lambda n: catalog.get_card(n).training.build_time_s or float("inf"))
     remaining = rebuild_budget

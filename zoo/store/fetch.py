@@ -18,9 +18,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from zoo.catalog import Entry, get_entry
 from zoo.config import lfs_remote_urls
 from zoo.data import load_dataset
-from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, ZooError
+from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUnreachableError, ZooError
 from zoo.evaluate import predict
-from zoo.fsutil import atomic_copy
+from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
@@ -65,22 +65,16 @@ def fetch_object(
     show_progress: bool = True,
     rate_limit: float | None = None,
 ) -> tuple[Path, str, int]:
-    """(path, source, resumed_from) of the verified object. Raises with everything that was tried."""
-    tried: list[str] = []  # one short line per place looked at
-    if checkout_path is not None:
-        if not checkout_path.exists():
-            tried.append(f"checkout {checkout_path}: absent")
-        elif read_pointer(checkout_path) is not None:
-            tried.append(f"checkout {checkout_path}: a Git LFS pointer")
-        elif checkout_path.stat().st_size == pointer.size and sha256_file(checkout_path) == pointer.oid:
-            return checkout_path, "checkout", 0
-        else:
-            tried.append(f"checkout {checkout_path}: content differs from the card's sha256")
-
+    """(path, source, resumed_from) of the verified object: the checkout's real file, the cache, else the first store
+    with a good copy. Raises IntegrityError when stores hold only corrupt copies (naming them), StoreUnreachableError
+    when no store that answered had it but one could not be reached, else ObjectNotFoundError, each listing every
+    store tried."""
+    if (checkout_path is not None and checkout_path.is_file() and read_pointer(checkout_path) is None
+            and checkout_path.stat().st_size == pointer.size and sha256_file(checkout_path) == pointer.oid):
+        return checkout_path, "checkout", 0
     cache = ObjectCache()
     if (hit := cache.get(pointer)) is not None:
         return hit, "cache", 0
-    tried.append(f"cache {cache.path(pointer.oid)}: absent")
 
     urls = lfs_remote_urls() if remotes is None else remotes
     with cache.lock(pointer.oid):
@@ -88,23 +82,33 @@ def fetch_object(
         if (hit := cache.get(pointer)) is not None:
             return hit, "cache", 0
         part = cache.partial_path(pointer.oid)
+        corrupt, unreachable, missing = [], [], []
         for url in urls:
             try:
                 remote = open_remote(url, rate_limit=rate_limit)
                 with _progress_bar(label, pointer.size, show_progress) as advance:
                     resumed_from = remote.download(pointer, part, advance)
             except NotOnRemote:
-                tried.append(f"{url}: not there")
+                missing.append(f"{url}: not there")
                 continue
-            except IntegrityError as exc:
+            except IntegrityError as exc:  # that store's copy is bad: say so, and try the next one
                 part.unlink(missing_ok=True)
-                raise IntegrityError(f"{label}: {exc}") from None
+                corrupt.append(f"{url}: corrupt copy ({exc})")
+                continue
             except RemoteError as exc:
                 # Keep the .part for a later resume; try the next remote.
-                tried.append(str(exc) if str(exc).startswith(url) else f"{url}: {exc}")
+                unreachable.append(str(exc) if str(exc).startswith(url) else f"{url}: {exc}")
                 continue
             return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
-    stores = [t for t in tried if not t.startswith(("checkout ", "cache "))] or ["no LFS store configured"]
+    if corrupt:
+        raise IntegrityError(f"{label} (sha256 {pointer.oid}): " + "; ".join(corrupt + unreachable + missing)
+                             + "; nothing was cached. Republish it (`zoo publish`) or fetch from another mirror.")
+    stores = missing + unreachable or ["no LFS store configured"]
+    if unreachable:
+        raise StoreUnreachableError(
+            f"{label} (sha256 {pointer.oid}) is in no store that answered, and "
+            f"{len(unreachable)} could not be reached:\n" + "\n".join(f"  {t}" for t in stores)
+            + "\nRetry when the store is back, or add a mirror: ZOO_LFS_URL=<LFS URL or bare repo>." + build_hint)
     raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid}) is in no store. Tried:\n"
                               + "\n".join(f"  {t}" for t in stores)
                               + "\nAdd a mirror: ZOO_LFS_URL=<LFS URL or bare repo> (space separated for several)."
@@ -169,9 +173,17 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
 def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None) -> FetchResult:
     if dest is None:
         return result
-    target = Path(dest) / (filename or result.path.name)
-    if not (target.exists() and target.stat().st_size == result.size and sha256_file(target) == result.sha256):
-        atomic_copy(result.path, target)
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise ZooError(f"--dest {dest} is a file: give the folder to copy the model into")
+    target = contained(dest, filename or result.path.name, "--dest")
+    if target.is_dir():
+        raise ZooError(f"--dest {dest}: {target.name} there is a folder; remove it or choose another folder")
+    try:
+        if not (target.exists() and target.stat().st_size == result.size and sha256_file(target) == result.sha256):
+            atomic_copy(result.path, target)
+    except OSError as exc:
+        raise ZooError(f"cannot write {target}: {exc.strerror or exc} (choose a writable --dest)") from None
     result.path = target
     return result
 

@@ -20,7 +20,7 @@ import tempfile
 from zoo.catalog import Entry, entries, get_entry, store_objects
 from zoo.config import REPO_ROOT
 from zoo.errors import IntegrityError, RemoteError
-from zoo.fsutil import atomic_write_text
+from zoo.fsutil import atomic_write_text, contained
 from zoo.store.cache import ObjectCache, object_relpath
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
@@ -37,8 +37,13 @@ def lfs_patterns(gitattributes: Path = REPO_ROOT / ".gitattributes") -> list[str
 
 
 def lfs_files(entry_dir: Path) -> list[Path]:
+    """The entry's files .gitattributes routes to LFS; a link that leads out of the entry folder is refused (its
+    target would be uploaded as the model) before anything is uploaded or rewritten."""
     patterns = lfs_patterns()
-    return sorted(p for p in entry_dir.rglob("*") if p.is_file() and any(fnmatch(p.name, pat) for pat in patterns))
+    files = sorted(p for p in entry_dir.rglob("*") if p.is_file() and any(fnmatch(p.name, pat) for pat in patterns))
+    for path in files:
+        contained(entry_dir, path.relative_to(entry_dir), f"{entry_dir / 'card.yaml'}", role="entry folder")
+    return files
 
 
 @dataclass
@@ -147,6 +152,6 @@ def _check_card_matches(entry: Entry) -> None:
         pointer = read_pointer(path) or pointer_for(path)
         if pointer.oid != variant.sha256 or pointer.size != variant.size:
             raise IntegrityError(
-                f"{path}: sha256 {pointer.oid[:12]}… differs from the card's {variant.sha256[:12]}…; "
+                f"{path}: sha256 {pointer.oid} differs from the card's {variant.sha256}; "
                 f"rebuild with `zoo build {entry.name}` so the card describes the files"
             )

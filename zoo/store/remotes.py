@@ -9,20 +9,48 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import requests
+from pydantic import BaseModel, Field, ValidationError
 
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
 from zoo.store.cache import check_file, object_relpath
-from zoo.store.pointer import CHUNK, Pointer
+from zoo.store.pointer import CHUNK, Pointer, sha256_file
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 Progress = Callable[[int], None]  # called with the bytes done so far
+
+
+class Action(BaseModel):
+    """One transfer action of a Batch API answer (download, upload or verify)."""
+
+    href: str
+    header: dict[str, str] = Field(default_factory=dict)
+
+
+class ObjectError(BaseModel):
+    code: int | None = None
+    message: str = "object not found"
+
+
+class BatchObject(BaseModel):
+    oid: str
+    size: int | None = None
+    actions: dict[str, Action] = Field(default_factory=dict)
+    error: ObjectError | None = None
+
+
+class BatchAnswer(BaseModel):
+    """What a Git LFS server answers to a batch request; anything else is the server's fault, said in one line."""
+
+    objects: list[BatchObject] = Field(default_factory=list)
 
 
 class NotOnRemote(Exception):
@@ -69,6 +97,41 @@ def _hash_existing(part: Path) -> "hashlib._Hash":
     return digest
 
 
+class HashingWriter:
+    """Writes chunks to a file in the caller's thread while a second thread feeds them to sha256 (hashlib releases the
+    GIL on large buffers): verification overlaps the copy instead of adding to it. `digest` may carry the hash of
+    bytes already in the file (a resumed download)."""
+
+    _DONE = object()
+
+    def __init__(self, out, digest=None, depth: int = 16):
+        self.out, self.digest = out, digest or hashlib.sha256()
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.thread = threading.Thread(target=self._hash, daemon=True)
+        self.thread.start()
+
+    def _hash(self) -> None:
+        while (chunk := self.queue.get()) is not self._DONE:
+            self.digest.update(chunk)
+
+    def write(self, chunk: bytes) -> None:
+        self.queue.put(chunk)
+        self.out.write(chunk)
+
+    def close(self):
+        """Wait for the hash to catch up; returns the digest."""
+        self.queue.put(self._DONE)
+        self.thread.join()
+        return self.digest
+
+    def __enter__(self) -> "HashingWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.thread.is_alive():
+            self.close()
+
+
 def _finish(part: Path, digest, pointer: Pointer) -> None:
     size = part.stat().st_size
     if size != pointer.size or digest.hexdigest() != pointer.oid:
@@ -93,13 +156,13 @@ class FileRemote(Remote):
         if not source.is_file():
             raise NotOnRemote(f"{self.url}: no object {pointer.oid[:12]}…")
         part.unlink(missing_ok=True)
-        digest, done = hashlib.sha256(), 0
-        with open(source, "rb") as src, open(part, "wb") as out:
-            while chunk := src.read(CHUNK):
-                digest.update(chunk)
-                out.write(chunk)
+        done = 0
+        with open(source, "rb", buffering=0) as src, open(part, "wb") as out, HashingWriter(out) as sink:
+            while chunk := src.read(4 * CHUNK):
+                sink.write(chunk)
                 done += len(chunk)
                 progress(done)
+            digest = sink.close()
         _finish(part, digest, pointer)
         return 0
 
@@ -107,10 +170,10 @@ class FileRemote(Remote):
         if not self.root.is_dir():
             raise RemoteError(f"{self.url} does not exist; create it with `git init --bare -b main {self.url}`")
         target = self.objects / object_relpath(pointer.oid)
-        if target.is_file() and target.stat().st_size == pointer.size:
+        if target.is_file() and target.stat().st_size == pointer.size and sha256_file(target) == pointer.oid:
             return False
         check_file(path, pointer)
-        atomic_copy(path, target)
+        atomic_copy(path, target)  # a corrupt copy already there is replaced, atomically
         return True
 
 
@@ -144,7 +207,7 @@ class HttpRemote(Remote):
                 time.sleep(self.backoff * 2**attempt)
         raise RemoteError(f"{self.url}: unreachable ({last}, {self.retries} attempts)")
 
-    def batch(self, operation: str, pointers: list[Pointer]) -> dict[str, dict]:
+    def batch(self, operation: str, pointers: list[Pointer]) -> dict[str, BatchObject]:
         body = {
             "operation": operation,
             "transfers": ["basic"],
@@ -157,19 +220,33 @@ class HttpRemote(Remote):
             return {}
         if response.status_code >= 400:
             raise RemoteError(f"{self.url}: batch {operation} refused: HTTP {response.status_code} {response.text[:200]}")
-        return {obj["oid"]: obj for obj in response.json().get("objects", [])}
+        try:
+            answer = BatchAnswer.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise RemoteError(f"{self.url}: batch {operation} answered HTTP {response.status_code} with something that "
+                              f"is not a Git LFS batch answer ({exc.error_count()} problem(s), e.g. "
+                              f"{exc.errors()[0]['msg']})") from None
+        return {obj.oid: obj for obj in answer.objects}
 
     # -- download -------------------------------------------------------------------------
     def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
         obj = self.batch("download", [pointer]).get(pointer.oid)
-        action = (obj or {}).get("actions", {}).get("download")
+        action = obj.actions.get("download") if obj else None
         if action is None:
-            error = (obj or {}).get("error", {})
-            raise NotOnRemote(f"{self.url}: {error.get('message', 'object not found')} ({pointer.oid[:12]}…)")
-        last = ""
+            message = obj.error.message if obj and obj.error else "object not found"
+            raise NotOnRemote(f"{self.url}: {message} ({pointer.oid[:12]}…)")
+        last, restarted = "", False
         for attempt in range(self.retries):
+            kept = part.stat().st_size if part.exists() else 0
             try:
                 return self._stream(action, pointer, part, progress)
+            except IntegrityError:
+                # Bytes resumed from an earlier partial download may be what is wrong, not the store's copy: start
+                # once from byte 0 before blaming the store (_finish has removed the partial file).
+                if not kept or restarted:
+                    raise
+                restarted = True
+                continue
             except (requests.RequestException, RemoteError) as exc:
                 last = _short(exc)
             if attempt + 1 < self.retries:
@@ -179,14 +256,14 @@ class HttpRemote(Remote):
             f"{part.stat().st_size if part.exists() else 0} bytes kept, the next fetch resumes"
         )
 
-    def _stream(self, action: dict, pointer: Pointer, part: Path, progress: Progress) -> int:
-        headers = dict(action.get("header", {}))
+    def _stream(self, action: Action, pointer: Pointer, part: Path, progress: Progress) -> int:
+        headers = dict(action.header)
         offset = part.stat().st_size if part.exists() else 0
         if offset >= pointer.size:
             offset = 0  # a full-size leftover failed verification before: start again
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        with self.session.get(action["href"], headers=headers, stream=True, timeout=(10, 60)) as response:
+        with self.session.get(action.href, headers=headers, stream=True, timeout=(10, 60)) as response:
             if response.status_code >= 500 or response.status_code == 429:
                 raise RemoteError(f"HTTP {response.status_code}")
             if response.status_code >= 400:
@@ -197,41 +274,61 @@ class HttpRemote(Remote):
                 mode, digest, offset = "wb", hashlib.sha256(), 0
             received = offset
             started = time.monotonic()
-            with open(part, mode) as out:
+            with open(part, mode) as out, HashingWriter(out, digest) as sink:
                 for chunk in response.iter_content(CHUNK if not self.rate_limit else 64 << 10):
                     received += len(chunk)
                     if received > pointer.size:
+                        sink.close()
                         part.unlink(missing_ok=True)
                         raise IntegrityError(f"{self.url} sent more than the expected {pointer.size} bytes")
-                    digest.update(chunk)
-                    out.write(chunk)
+                    sink.write(chunk)
                     progress(received)
                     if self.rate_limit:
                         ahead = (received - offset) / self.rate_limit - (time.monotonic() - started)
                         if ahead > 0:
                             out.flush()
                             time.sleep(ahead)
+                digest = sink.close()
         _finish(part, digest, pointer)
         return offset
+
+    def _verify_stored(self, pointer: Pointer) -> None:
+        """Stream the server's copy through sha256 (nothing is written): a corrupt copy is an error naming it."""
+        obj = self.batch("download", [pointer]).get(pointer.oid)
+        action = obj.actions.get("download") if obj else None
+        if action is None:
+            raise RemoteError(f"{self.url}: says it holds {pointer.oid} for upload but not for download")
+        digest, size = hashlib.sha256(), 0
+        with self.session.get(action.href, headers=dict(action.header), stream=True, timeout=(10, 60)) as response:
+            if response.status_code >= 400:
+                raise RemoteError(f"{self.url}: reading back {pointer.oid} failed: HTTP {response.status_code}")
+            for chunk in response.iter_content(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        if (digest.hexdigest(), size) != (pointer.oid, pointer.size):
+            raise IntegrityError(f"{self.url} holds a corrupt copy of {pointer.oid} (sha256 {digest.hexdigest()}, "
+                                 f"{size} bytes) and will not take a new one: delete that object on the server, "
+                                 "then publish again")
 
     # -- upload ---------------------------------------------------------------------------
     def upload(self, path: Path, pointer: Pointer) -> bool:
         obj = self.batch("upload", [pointer]).get(pointer.oid)
         if obj is None:
             raise RemoteError(f"{self.url}: batch upload gave no answer for {pointer.oid[:12]}…")
-        if "error" in obj:
-            raise RemoteError(f"{self.url}: upload refused: {obj['error'].get('message')}")
-        actions = obj.get("actions") or {}
-        if "upload" not in actions:
-            return False  # the server already has it
+        if obj.error is not None:
+            raise RemoteError(f"{self.url}: upload refused: {obj.error.message}")
+        actions = obj.actions
+        if "upload" not in actions:  # the server has it: check its copy's bytes, not just its word
+            self._verify_stored(pointer)
+            return False
         upload = actions["upload"]
-        response = self._request("PUT", upload["href"], body=path, headers=dict(upload.get("header", {})))
+        response = self._request("PUT", upload.href, body=path, headers=dict(upload.header))
         if response.status_code >= 400:
             raise RemoteError(f"{self.url}: upload failed: HTTP {response.status_code} {response.text[:200]}")
         if "verify" in actions:
             verify = actions["verify"]
-            headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **verify.get("header", {})}
-            response = self._request("POST", verify["href"], json={"oid": pointer.oid, "size": pointer.size}, headers=headers)
+            headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **verify.header}
+            response = self._request("POST", verify.href, json={"oid": pointer.oid, "size": pointer.size}, headers=headers)
             if response.status_code >= 400:
                 raise RemoteError(f"{self.url}: upload verification failed: HTTP {response.status_code}")
         return True

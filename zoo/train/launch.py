@@ -49,6 +49,11 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
         if recipe.federated is not None:
             raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
         strategy = strategy_for(launcher, recipe.parallelism.strategy)
+        output_dir = args.output_dir or Path("runs") / f"{recipe.model}-{recipe.name}"
+        try:  # every rank, before any process group exists: a bad folder fails at once, not at the first save
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ZooError(f"--output-dir {output_dir}: cannot create it ({exc.strerror or exc})") from None
         ctx = (init or init_distributed)(recipe.backend)
         if strategy != recipe.parallelism.strategy != "ddp" and ctx.is_main:
             print(f"note: recipe '{recipe.name}' names parallelism '{recipe.parallelism.strategy}' "
@@ -56,16 +61,18 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
                   f"'{strategy}'", file=sys.stderr)
         # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
         resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-        summary = run(recipe, ctx, strategy, args.output_dir, resume, args.tracking_uri, launcher)
+        summary = run(recipe, ctx, strategy, output_dir, resume, args.tracking_uri, launcher)
         if summary is not None:
-            _report(summary, args.output_dir)
+            _report(summary, output_dir)
         shutdown(ctx)
     except ZooError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Every rank reads the same recipe and fails the same way: one of them says so.
+        if (ctx.rank if ctx is not None else int(os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")))) == 0:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(exc.exit_code) from None
 
 
-def _report(summary: RunSummary, output_dir: Path | None) -> None:
+def _report(summary: RunSummary, output_dir: Path) -> None:
     table = Table("variant", "file", "opset", "accuracy", "drop vs fp32", "int8 kernels",
                   title=f"{summary.model} / {summary.recipe} ({summary.world_size} process(es), {summary.backend})")
     for key, v in summary.variants.items():
@@ -73,6 +80,5 @@ def _report(summary: RunSummary, output_dir: Path | None) -> None:
         table.add_row(key, v.file, str(v.opset), f"{v.accuracy:.4f}", "-" if drop is None else f"{drop:+.4f}",
                       ", ".join(v.int8_kernels or []) or "-")
     Console(stderr=True).print(table)
-    folder = output_dir or Path("runs") / f"{summary.model}-{summary.recipe}"  # the trainer's default
-    print(json.dumps({"summary": str(folder / SUMMARY_FILE),
+    print(json.dumps({"summary": str(output_dir / SUMMARY_FILE),
                       "variants": {k: v.accuracy for k, v in summary.variants.items()}}))

@@ -9,6 +9,7 @@ N processes train the same model.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import resource
@@ -26,6 +27,7 @@ from zoo import faults
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
 from zoo.evaluate import label_accuracy
+from zoo.fsutil import atomic_write_text
 from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
@@ -111,8 +113,10 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
     loss_scale = strategy.dp_size / recipe.global_batch_size
 
     start = strategy.load_checkpoint(ckpt_dir, phase.name) if (resume and ckpt_dir) else 0
-    if start and ctx.is_main:
-        print(f"[{phase.name}] resumed from the checkpoint at step {start}", flush=True)
+    if start:
+        phase.losses = _saved_losses(ckpt_dir, phase.name, start)
+        if ctx.is_main:
+            print(f"[{phase.name}] resumed from the checkpoint at step {start}", flush=True)
     interval = recipe.checkpoint.interval_steps
     fault = _fault_step(ctx)
     x_all, y_all = data.train.x, data.train.y
@@ -138,6 +142,8 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
                 elapsed = time.perf_counter() - begin
                 bar.update(task, advance=1, loss=loss, rate=(step + 1 - start) * recipe.global_batch_size / max(elapsed, 1e-9))
             if ckpt_dir and interval and ((step + 1) % interval == 0 or step + 1 == phase.steps):
+                if ctx.is_main:  # the loss curve so far, so a resumed run keeps the steps before the restart
+                    atomic_write_text(ckpt_dir / phase.name / LOSSES_FILE, json.dumps(phase.losses))
                 strategy.save_checkpoint(ckpt_dir, phase.name, step + 1)
     phase.seconds = time.perf_counter() - begin
     phase.peak_rss_mib = per_rank(peak_rss_mib(), ctx)
@@ -146,6 +152,16 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
     strategy.finish()
     phase.ranks_consistent = ranks_agree(trained, ctx)
     return trained
+
+
+LOSSES_FILE = "losses.json"
+
+
+def _saved_losses(ckpt_dir: Path, phase: str, start: int) -> list[float]:
+    """The losses of steps 0..start-1, written beside the checkpoints (at or after the one resumed from)."""
+    path = ckpt_dir / phase / LOSSES_FILE
+    losses = json.loads(path.read_text()) if path.exists() else []
+    return losses[:start] if len(losses) >= start else []  # checkpoints from before the zoo kept them
 
 
 def peak_rss_mib() -> float:
