@@ -20,9 +20,9 @@ from zoo.variants.make import TOOLS
 PACKAGE = REPO / "zoo"
 # Optional dependencies the package imports only where they are used (make setup may not manage to build them).
 OPTIONAL = ("deepspeed", "horovod", "oneccl_bindings_for_pytorch")
-# Entry points that import heavy command implementations lazily so `zoo list`, `zoo --help` and `import zoo` stay
-# fast (torch + onnxruntime take ~5 s to load).
-LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo"}
+# Modules on the path of fast commands, which import torch + onnxruntime (~5 s) only when the work needs them:
+# the CLI and `import zoo` (command implementations), and fetch (only to make a file no store has).
+LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
 # The stages that must read the kinds table, never branch on a kind's name or format themselves.
 STAGES = ["build.py", "export.py", "store/fetch.py", "store/publish.py", "validate.py", "evaluate.py", "docs.py",
           "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]

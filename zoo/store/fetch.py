@@ -17,17 +17,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from zoo.catalog import Entry, get_entry
 from zoo.config import lfs_remote_urls
-from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUnreachableError, ZooError
-from zoo.evaluate import predict
 from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import NotOnRemote, open_remote
 from zoo.variants import made_from_fp32
-from zoo.variants.make import derive
-from zoo.variants.opsets import AGREEMENT, Origin, prediction_agreement, reexport_opset
 
 
 @dataclass
@@ -153,6 +149,9 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
         if opset is None and not made_from_fp32(key, variant):
             raise
     fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
+    from zoo.variants.make import derive  # lazy: torch + onnxruntime (~5 s), only when a file must be made here
+    from zoo.variants.opsets import Origin  # lazy: as above; a fetch from the cache or a store stays ~0.5 s
+
     cache = ObjectCache()
     with cache.lock(pointer.oid):
         if (hit := cache.get(pointer)) is not None:
@@ -197,7 +196,6 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
     low, high = spec.opset_range or (spec.opset, spec.opset)
     if opset not in spec.extra_opsets and not low <= opset <= high:
         raise ZooError(f"'{entry.name}' exports at opsets {low}-{high} (measured by `zoo build`); {opset} is outside it")
-    origin = Origin.of(entry.card)
     label = f"{entry.name} fp32 opset {opset}"
     if opset in spec.extra_opsets:  # published: its pointer in the checkout names the bytes
         checkout = entry.dir / spec.extra_opsets[opset]
@@ -207,19 +205,15 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
         return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid, source, resumed,
                            dict(spec.metrics))
     fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
+    from zoo.variants.opsets import Origin, reexport_checked  # lazy: torch + onnxruntime, only to make the file
+
     cache = ObjectCache()
     with cache.scratch() as tmp:
-        made = reexport_opset(fp32, opset, Path(tmp) / "derived", origin)
-        test = load_dataset(entry.card.dataset.name).test
-        x = test.x.numpy()
-        agreement = prediction_agreement(made, predict(fp32, x).argmax(1), x)
-        if agreement < AGREEMENT:
-            raise IntegrityError(f"{label}: re-exported weights predict fp32's label on only {agreement:.2%} of the "
-                                 f"{len(x)} test examples (needs {AGREEMENT:.1%}); nothing was cached")
+        made, agreement, examples = reexport_checked(fp32, opset, Path(tmp) / "derived", Origin.of(entry.card), label)
         pointer = pointer_for(made)
         path = cache.admit(made, pointer, move=True, verified=True)
     return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid,
-                       f"derived from fp32 (same predictions on {agreement:.2%} of {len(x)} test examples)", 0,
+                       f"derived from fp32 (same predictions on {agreement:.2%} of {examples} test examples)", 0,
                        dict(spec.metrics))
 
 

@@ -14,7 +14,7 @@ import onnx
 from zoo import export
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
-from zoo.errors import ZooError
+from zoo.errors import IntegrityError, ZooError
 from zoo.evaluate import label_accuracy, predict
 from zoo.models import build_model
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY
@@ -55,6 +55,18 @@ def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_a
     path = export.export_fp32(model, data.train.x[:2], target, opset)
     fp32_keys = export.fp32_metadata(onnx.load(str(path)), model, None if globs == ["*"] else globs)
     return export.stamp(path, "fp32", {**export.inherited_metadata(fp32), **fp32_keys})
+
+
+def reexport_checked(fp32: Path, opset: int, target: Path, origin: Origin, label: str) -> tuple[Path, float, int]:
+    """The fp32 weights at an opset the card does not list, served only if they predict fp32's labels on the entry's
+    test set: (file, agreement, examples), or an IntegrityError (the caller caches nothing)."""
+    made = reexport_opset(fp32, opset, target, origin)
+    x = load_dataset(origin.dataset).test.x.numpy()
+    agreement = prediction_agreement(made, predict(fp32, x).argmax(1), x)
+    if agreement < AGREEMENT:
+        raise IntegrityError(f"{label}: re-exported weights predict fp32's label on only {agreement:.2%} of the "
+                             f"{len(x)} test examples (needs {AGREEMENT:.1%}); nothing was cached")
+    return made, agreement, len(x)
 
 
 def prediction_agreement(candidate: Path, reference: np.ndarray, x: np.ndarray) -> float:
