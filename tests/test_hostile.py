@@ -153,7 +153,8 @@ def test_unreachable_and_missing_are_different_messages(zoo_env, tmp_path):
     down = f"http://127.0.0.1:{free_port()}/lfs"
     with pytest.raises(ZooError) as unreachable:
         fetch_object(pointer, "obj", remotes=[down], show_progress=False)
-    assert "could not be reached" in str(unreachable.value) and "unreachable" in str(unreachable.value)
+    assert "no store could be reached" in str(unreachable.value) and "unreachable" in str(unreachable.value)
+    assert "is in no store" not in str(unreachable.value)
 
 
 class _Hostile(BaseHTTPRequestHandler):

@@ -63,8 +63,7 @@ def fetch_object(
 ) -> tuple[Path, str, int]:
     """(path, source, resumed_from) of the verified object: the checkout's real file, the cache, else the first store
     with a good copy. Raises IntegrityError when stores hold only corrupt copies (naming them), StoreUnreachableError
-    when no store that answered had it but one could not be reached, else ObjectNotFoundError, each listing every
-    store tried."""
+    when no store could be reached at all, else ObjectNotFoundError, each listing every store tried."""
     if (checkout_path is not None and checkout_path.is_file() and read_pointer(checkout_path) is None
             and checkout_path.stat().st_size == pointer.size and sha256_file(checkout_path) == pointer.oid):
         return checkout_path, "checkout", 0
@@ -78,32 +77,34 @@ def fetch_object(
         if (hit := cache.get(pointer)) is not None:
             return hit, "cache", 0
         part = cache.partial_path(pointer.oid)
-        corrupt, unreachable, missing = [], [], []
+        corrupt, unreachable, tried = [], [], []  # tried: every store's outcome, in order
         for url in urls:
             try:
                 remote = open_remote(url, rate_limit=rate_limit)
                 with _progress_bar(label, pointer.size, show_progress) as advance:
                     resumed_from = remote.download(pointer, part, advance)
             except NotOnRemote:
-                missing.append(f"{url}: not there")
+                tried.append(f"{url}: not there")
                 continue
             except IntegrityError as exc:  # that store's copy is bad: say so, and try the next one
                 part.unlink(missing_ok=True)
                 corrupt.append(f"{url}: corrupt copy ({exc})")
+                tried.append(corrupt[-1])
                 continue
             except RemoteError as exc:
                 # Keep the .part for a later resume; try the next remote.
                 unreachable.append(str(exc) if str(exc).startswith(url) else f"{url}: {exc}")
+                tried.append(unreachable[-1])
                 continue
             return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
     if corrupt:
-        raise IntegrityError(f"{label} (sha256 {pointer.oid}): " + "; ".join(corrupt + unreachable + missing)
+        raise IntegrityError(f"{label} (sha256 {pointer.oid}): " + "; ".join(tried)
                              + "; nothing was cached. Republish it (`zoo publish`) or fetch from another mirror.")
-    stores = missing + unreachable or ["no LFS store configured"]
-    if unreachable:
+    stores = tried or ["no LFS store configured"]
+    if unreachable and len(unreachable) == len(tried):  # no store answered at all: maybe one of them has it
         raise StoreUnreachableError(
-            f"{label} (sha256 {pointer.oid}) is in no store that answered, and "
-            f"{len(unreachable)} could not be reached:\n" + "\n".join(f"  {t}" for t in stores)
+            f"{label} (sha256 {pointer.oid}): no store could be reached, so none could say whether it has it:\n"
+            + "\n".join(f"  {t}" for t in stores)
             + "\nRetry when the store is back, or add a mirror: ZOO_LFS_URL=<LFS URL or bare repo>." + build_hint)
     raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid}) is in no store. Tried:\n"
                               + "\n".join(f"  {t}" for t in stores)

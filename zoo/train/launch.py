@@ -49,12 +49,12 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
         if recipe.federated is not None:
             raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
         strategy = strategy_for(launcher, recipe.parallelism.strategy)
+        ctx = (init or init_distributed)(recipe.backend)  # refuses a backend this machine lacks, writing nothing
         output_dir = args.output_dir or Path("runs") / f"{recipe.model}-{recipe.name}"
-        try:  # every rank, before any process group exists: a bad folder fails at once, not at the first save
+        try:  # every rank, before any training: a bad folder fails at once, not at the first save
             output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ZooError(f"--output-dir {output_dir}: cannot create it ({exc.strerror or exc})") from None
-        ctx = (init or init_distributed)(recipe.backend)
         if strategy != recipe.parallelism.strategy != "ddp" and ctx.is_main:
             print(f"note: recipe '{recipe.name}' names parallelism '{recipe.parallelism.strategy}' "
                   f"(launchers/{launcher_of(recipe.parallelism.strategy)}.py); launchers/{launcher}.py runs "
