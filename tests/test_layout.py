@@ -23,6 +23,9 @@ OPTIONAL = ("deepspeed", "horovod", "oneccl_bindings_for_pytorch")
 # Modules on the path of fast commands, which import torch + onnxruntime (~5 s) only when the work needs them:
 # the CLI and `import zoo` (command implementations), and fetch (only to make a file no store has).
 LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
+# Per-rank costs a training process pays only when its rank or recipe needs them (every torchrun rank imports the
+# trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
+RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.variants"), "zoo.train.tracking": ("mlflow",)}
 # The stages that must read the kinds table, never branch on a kind's name or format themselves.
 STAGES = ["build.py", "export.py", "store/fetch.py", "store/publish.py", "validate.py", "evaluate.py", "docs.py",
           "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]
@@ -87,7 +90,8 @@ def test_imports_are_at_the_top_except_documented_lazy_ones():
         for node, imported in _imports(path):
             if node.col_offset == 0:
                 continue
-            allowed = name in LIGHT_ENTRY_POINTS or any(m.split(".")[0] in OPTIONAL for m in imported)
+            allowed = (name in LIGHT_ENTRY_POINTS or any(m.split(".")[0] in OPTIONAL for m in imported)
+                       or any(m.startswith(RANK_LAZY.get(name, ("-",))) for m in imported))
             if not allowed or "# lazy:" not in lines[node.lineno - 1]:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not offenders, "function-local imports (top of the module, or an optional dependency with a "\

@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort
 
 from zoo.catalog import require_content
+from zoo.metrics import label_accuracy
 
 
 def session(path: Path, threads: int = 1, optimized_to: Path | None = None) -> ort.InferenceSession:
@@ -31,11 +32,6 @@ def predict(path: Path, x: np.ndarray, batch_size: int = 256, threads: int = 1) 
     name = sess.get_inputs()[0].name
     outputs = [sess.run(None, {name: x[i:i + batch_size]})[0] for i in range(0, len(x), batch_size)]
     return np.concatenate(outputs).astype(np.float32)
-
-
-def label_accuracy(logits: np.ndarray, y: np.ndarray) -> float:
-    """Share of examples whose highest logit is the label: the zoo's one definition of accuracy."""
-    return float((np.asarray(logits).argmax(axis=1) == y).mean())
 
 
 def accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:

@@ -1,4 +1,4 @@
-"""MLflow tracking, rank 0 only (other ranks hold a disabled tracker that logs nothing).
+"""MLflow tracking, rank 0 only (other ranks never import mlflow).
 
 Default store: an sqlite database under $ZOO_HOME (MLflow's own default is ./mlflow.db in whatever
 directory you happen to be in). Metrics are buffered and sent with log_batch (one call per flush).
@@ -9,10 +9,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-
-import mlflow
-from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
 
 from zoo.config import zoo_home
 
@@ -46,6 +42,10 @@ class Tracker:
         if not enabled:
             return
 
+        import mlflow  # lazy: mlflow (~1.5 s), only on the rank that tracks
+        from mlflow.entities import Param  # lazy: as above
+        from mlflow.tracking import MlflowClient  # lazy: as above
+
         self.uri = uri or default_tracking_uri()
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(self.uri)
@@ -59,7 +59,7 @@ class Tracker:
     def metric(self, key: str, value: float, step: int) -> None:
         if not self.enabled:
             return
-
+        from mlflow.entities import Metric  # lazy: only on the rank that tracks (imported there already)
 
         self.buffer.append(Metric(key, float(value), int(time.time() * 1000), step))
         if len(self.buffer) >= self.flush_every:

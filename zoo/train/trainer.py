@@ -26,17 +26,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from zoo import faults
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
-from zoo.evaluate import label_accuracy
+from zoo.metrics import label_accuracy
 from zoo.fsutil import atomic_write_text
 from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
 from zoo.train.parallel import Strategy, make_strategy, qat_strategy
-from zoo.train.qat import convert_qat, prepare_qat
 from zoo.train.summary import PhaseSummary, RunSummary, Tracking
 from zoo.train.tracking import Tracker
-from zoo.train.variants import export_variants
 
 @dataclass
 class Phase:
@@ -263,6 +261,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
+            from zoo.train.qat import convert_qat, prepare_qat  # lazy: torchao (~3 s), only for recipes that quantize
+
             q = recipe.quantization
             prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
             phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
@@ -274,6 +274,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
             tracker.metric(f"torch/{name}/accuracy", value, 0)
         summary = None
         if ctx.is_main:
+            from zoo.train.variants import export_variants  # lazy: onnxruntime (~4 s), on the one rank that exports
+
             # Export and onnxruntime measurement run on the CPU, wherever training ran.
             model = model.cpu()
             variants = export_variants(recipe, model, converted.cpu() if converted is not None else None, data,

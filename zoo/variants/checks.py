@@ -17,7 +17,8 @@ import onnx
 from onnx import numpy_helper
 
 from zoo.cards import ModelCard, Variant
-from zoo.evaluate import label_accuracy, predict
+from zoo.evaluate import predict
+from zoo.metrics import label_accuracy
 from zoo.export import read_metadata
 from zoo.ondevice.engine import OnnxTrainer, read_split, source_problem, training_artifacts, unpack_artifacts
 from zoo.ondevice.trainable import trainable_of

@@ -15,7 +15,8 @@ from zoo import export
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ZooError
-from zoo.evaluate import label_accuracy, predict
+from zoo.evaluate import predict
+from zoo.metrics import label_accuracy
 from zoo.models import build_model
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY
 from zoo.recipes import load_recipe
