@@ -43,26 +43,29 @@ def calibration_batches(recipe: Recipe, data: Dataset) -> list[np.ndarray]:
     return [data.train.x[order[i * 32:(i + 1) * 32]].numpy() for i in range(q.calibration_batches)]
 
 
-def _quantize_static(fp32: Path, target: Path, recipe: Recipe, data: Dataset, origin: Origin) -> Path:
+def _quantize_static(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
+    # Only calibration needs the recipe and the data: the caller's when it has them loaded, else the origin's.
+    recipe = recipe or load_recipe(origin.recipe, model=origin.architecture)
+    data = data or load_dataset(origin.dataset)
     return export.export_int8_ptq(fp32, calibration_batches(recipe, data), target, recipe.quantization.ptq_op_types)
 
 
-def _quantize_dynamic(fp32: Path, target: Path, recipe: Recipe, data: Dataset, origin: Origin) -> Path:
+def _quantize_dynamic(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
     return export.export_int8_dynamic(fp32, target)
 
 
-def _float16(fp32: Path, target: Path, recipe: Recipe, data: Dataset, origin: Origin) -> Path:
+def _float16(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
     return export.export_fp16(fp32, target)
 
 
-def _ort_training(fp32: Path, target: Path, recipe: Recipe, data: Dataset, origin: Origin) -> Path:
+def _ort_training(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
     with tempfile.TemporaryDirectory(prefix="zoo-artifacts-") as tmp:
         training_artifacts(fp32, Path(tmp) / "artifacts", trainable_globs=origin.trainable)
         return pack_artifacts(Path(tmp) / "artifacts", target)
 
 
 # Kind.tool -> the function that makes that kind's bytes from the fp32 file.
-TOOLS: dict[str, Callable[[Path, Path, Recipe, Dataset, Origin], Path]] = {
+TOOLS: dict[str, Callable[[Path, Path, Recipe | None, Dataset | None, Origin], Path]] = {
     "quantize_static": _quantize_static, "quantize_dynamic": _quantize_dynamic, "float16": _float16,
     "ort_training": _ort_training,
 }
@@ -75,8 +78,6 @@ def make_file(kind: Kind, fp32: Path, target: Path, origin: Origin, recipe: Reci
     if kind.made != "from-fp32":
         raise ZooError(f"'{kind.key}' is not made from the fp32 file: {kind.summary}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    recipe = recipe or load_recipe(origin.recipe, model=origin.architecture)
-    data = data or load_dataset(origin.dataset)
     inherited = export.inherited_metadata(fp32)
     path = TOOLS[kind.tool](fp32, target, recipe, data, origin)
     return export.stamp(path, kind.key, inherited, source=fp32) if kind.format == "onnx" else path
