@@ -362,6 +362,15 @@ def test_launcher_errors_are_one_line_and_said_once(tmp_path):
     two = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", *launcher, "--recipe", str(recipe)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert two.returncode != 0 and (two.stdout + two.stderr).count(f"error: {recipe}: the top level") == 1
+    # `zoo train` checks the recipe before torchrun starts any worker: its whole output is the one line.
+    checked = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), env=env)
+    assert checked.returncode == 1 and checked.stdout == ""
+    assert checked.stderr.strip().splitlines() == [f"error: {recipe}: the top level must be a mapping of recipe fields (name, model, ...), not a list"]
+    # A worker that fails mid-run: its own output, then one line naming it, not torchrun's ChildFailedError report.
+    failed = zoo_cli("train", "--nproc-per-node", "2", "--recipe", "fp32", "--no-tracking", "steps=4",
+                     "--output-dir", str(tmp_path / "run"), env={**env, "ZOO_TEST_FAULT": "train-step@1:2"})
+    assert failed.returncode == 1 and "ChildFailedError" not in failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith("error: training stopped: rank 1 exited with code")
 
 
 @pytest.mark.parametrize("metrics", [{"accuracy": 1.2}, {"accuracy": -0.1}, {"central_accuracy": 7.0}])

@@ -213,6 +213,25 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
         out.print(f"built {name}: {path}")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(ctx: typer.Context,
+          nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Training processes on this node."),
+          nnodes: int = typer.Option(1, help="Nodes in the job (each runs this command)."),
+          node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (0 .. nnodes-1)."),
+          rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT every node meets at "
+                                                      "(needed with --nnodes > 1)."),
+          max_restarts: int = typer.Option(0, "--max-restarts", help="Restart failed workers this many times "
+                                           "(they resume from the newest checkpoint)."),
+          launcher: Optional[str] = typer.Option(None, help="ddp, fsdp, deepspeed, tensor_parallel or pipeline "
+                                                 "(default: the one implementing the recipe's parallelism).")) -> None:
+    """Train with a recipe under torchrun, checking the recipe first: `zoo train --recipe qat-int8 --nproc-per-node 2
+    steps=50`. Other options (--recipe, --model, --backend, --output-dir, --resume, --no-tracking, key=value) go to
+    the launcher, as with `torchrun launchers/NAME.py`."""
+    from zoo.train.launch import torchrun  # lazy: torch loads in seconds; `zoo list` and `--help` must not wait for it
+
+    torchrun(list(ctx.args), nproc_per_node, nnodes, node_rank, rdzv_endpoint, max_restarts, launcher)
+
+
 @app.command()
 def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Rebuild an entry at its card's recorded commit (temporary git worktree) and compare every file's sha256."""

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import shlex
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
+from torch.distributed import run as elastic
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from rich.table import Table
 
 from zoo.errors import ZooError
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
-from zoo.train.distributed import init_distributed, shutdown
-from zoo.train.parallel import launcher_of, strategy_for
+from zoo.train.distributed import init_distributed, resolve_backend, shutdown
+from zoo.train.parallel import LAUNCHERS, launcher_of, strategy_for
 from zoo.train.summary import SUMMARY_FILE, RunSummary
 from zoo.train.trainer import run
 
@@ -36,20 +41,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # key=value overrides may come before or after options
 
 
+def prepare(launcher: str, args: argparse.Namespace):
+    """Everything that can be refused before a process group exists: recipe, model, launcher and backend.
+
+    Workers call it first; `zoo train` calls it before any worker starts, so a bad recipe is one line, once."""
+    overrides = list(args.overrides)
+    if args.no_tracking:
+        overrides.append("tracking.enabled=false")
+    recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
+    model_spec(recipe.model)  # unknown models fail before any process group exists
+    if recipe.federated is not None:
+        raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
+    resolve_backend(recipe.backend)  # nccl without GPUs, ccl without oneCCL: refused here, writing nothing
+    return recipe, strategy_for(launcher, recipe.parallelism.strategy)
+
+
 def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
     """Run the trainer under `launcher`'s strategy; `init` joins the job (default: torchrun's environment)."""
     args = parse_args(argv)
     ctx = None
     try:
-        overrides = list(args.overrides)
-        if args.no_tracking:
-            overrides.append("tracking.enabled=false")
-        recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
-        model_spec(recipe.model)  # unknown models fail before any process group exists
-        if recipe.federated is not None:
-            raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
-        strategy = strategy_for(launcher, recipe.parallelism.strategy)
-        ctx = (init or init_distributed)(recipe.backend)  # refuses a backend this machine lacks, writing nothing
+        recipe, strategy = prepare(launcher, args)
+        ctx = (init or init_distributed)(recipe.backend)
         output_dir = args.output_dir or Path("runs") / f"{recipe.model}-{recipe.name}"
         try:  # every rank, before any training: a bad folder fails at once, not at the first save
             output_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +82,42 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
         # Every rank reads the same recipe and fails the same way: one of them says so.
         if (ctx.rank if ctx is not None else int(os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")))) == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
+        elif ctx is None:  # torchrun stops the other workers when the first one exits: let rank 0 say why first
+            time.sleep(2)
         raise SystemExit(exc.exit_code) from None
+
+
+def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
+             rdzv_endpoint: str | None = None, max_restarts: int = 0, launcher: str | None = None) -> None:
+    """`zoo train`: check the recipe here, then start the workers with torchrun's own machinery (in this process).
+
+    The launcher is the one implementing the recipe's parallelism unless `launcher` is given. A failed worker
+    is one line (its own error is printed above by rank 0), not torchrun's ChildFailedError report."""
+    args = parse_args(launcher_argv)
+    if launcher is None:
+        recipe = load_recipe(args.recipe, list(args.overrides), model=args.model, backend=args.backend)
+        launcher = launcher_of(recipe.parallelism.strategy)
+    if launcher not in LAUNCHERS:
+        raise ZooError(f"unknown launcher '{launcher}'; choose one of: {', '.join(LAUNCHERS)}")
+    if launcher == "horovod":
+        raise ZooError("Horovod jobs start with horovodrun, not torchrun: "
+                       f"horovodrun -np {nproc_per_node * nnodes} python launchers/horovod.py {shlex.join(launcher_argv)}")
+    prepare(launcher, args)  # a bad recipe, model or backend: refused before any worker starts
+    if nnodes > 1 and not rdzv_endpoint:
+        raise ZooError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
+    rendezvous = (["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", rdzv_endpoint] if rdzv_endpoint else ["--standalone"])
+    script = Path(__file__).resolve().parents[2] / "launchers" / f"{launcher}.py"
+    options = elastic.parse_args([*rendezvous, "--nproc-per-node", str(nproc_per_node), "--max-restarts",
+                                  str(max_restarts), str(script), *launcher_argv])
+    for name in ("torch.distributed.run", "torch.distributed.elastic"):  # its banner and failure report
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        elastic.run(options)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        raise ZooError(f"training stopped: rank {rank} exited with code {failure.exitcode} "
+                       f"(its output is above); launchers/{launcher}.py {shlex.join(launcher_argv)}") from None
 
 
 def _report(summary: RunSummary, output_dir: Path) -> None:
