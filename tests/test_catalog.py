@@ -125,3 +125,33 @@ def test_committed_manifest_matches_cards(monkeypatch):
     path = catalog.manifest_path()
     assert path.exists(), "run `zoo manifest` and commit entries/MANIFEST.json"
     assert path.read_text() == catalog.manifest_text(), "MANIFEST.json drifted from the cards: run `zoo manifest`"
+
+
+def _timed(kind: str, precision: str, quantization: str, accuracy: float, b1: float, b32: float) -> dict:
+    timing = {b: {"median_ms": ms, "p90_ms": ms * 1.1, "vs_fp32": ref / ms} for b, ms, ref in (("batch_1", b1, 2.0),
+                                                                                             ("batch_32", b32, 40.0))}
+    return {"file": f"model.{kind}.onnx", "precision": precision, "quantization": quantization, "opset": 17,
+            "sha256": "0" * 64, "size": 10, "metrics": {"accuracy": accuracy}, "tolerance": 0.01,
+            "speed": {"threads": 1, "runs": 30, **timing}}
+
+
+def test_fastest_is_the_quickest_variant_that_keeps_fp32_accuracy():
+    from zoo.cards import parse_card
+    from zoo.errors import ZooError
+
+    variants = {"fp32": _timed("fp32", "fp32", "none", 0.95, 2.0, 40.0),
+                "int8-qat": _timed("int8-qat", "int8", "qat", 0.90, 0.5, 10.0),  # fastest, but 5 points worse
+                "int8-ptq": _timed("int8-ptq", "int8", "ptq", 0.945, 0.9, 25.0),
+                "int8-dynamic": _timed("int8-dynamic", "int8", "dynamic", 0.95, 1.0, 20.0),
+                "fp16": _timed("fp16", "fp16", "none", 0.95, 3.0, 80.0)}
+    card = parse_card(card_dict("timed", variants), "card.yaml")
+    assert (card.fastest(1), card.fastest(32)) == ("int8-ptq", "int8-dynamic")
+    variants["int8-ptq"]["metrics"]["accuracy"] = 0.9  # out of tolerance: the next quickest
+    variants["int8-dynamic"]["metrics"]["accuracy"] = 0.9
+    assert parse_card(card_dict("timed", variants), "card.yaml").fastest(1) == "fp32"
+    with pytest.raises(ZooError, match="no latency measurements"):
+        parse_card(card_dict("timed", {"fp32": {k: v for k, v in variants["fp32"].items() if k != "speed"}}),
+                   "card.yaml").fastest(1)
+    with pytest.raises(CardError, match="vs_fp32"):  # the schema refuses a non-positive ratio
+        variants["fp16"]["speed"]["batch_1"]["vs_fp32"] = 0
+        parse_card(card_dict("timed", variants), "card.yaml")

@@ -69,3 +69,18 @@ def test_build_writes_measured_card(tmp_path):
         assert row["delta"] == 0.0, row  # the card's numbers are what the files measure
     assert zoo_cli("manifest", "--check", env=env).returncode == 0
     assert all(len(sha) == 64 for sha in first.values())  # byte-for-byte reproducibility: tests/test_reproducible.py
+    # Latency, every variant side by side: on the card, in `zoo card`, and behind `zoo fetch --fastest`.
+    for key, variant in card.variants.items():
+        speed = variant.speed
+        assert speed.threads == card.training.threads and speed.runs >= 30, key
+        assert all(speed.at(b).p90_ms >= speed.at(b).median_ms > 0 for b in (1, 32)), key
+    assert card.variants["fp32"].speed.batch_1.vs_fp32 == 1.0
+    shown = zoo_cli("card", "quick-digits", env=env, check=True).stdout
+    assert "speed b1" in shown and f"{card.variants['int8-qat'].speed.batch_1.vs_fp32:.2f}x" in shown
+    assert card.training.cpu.model in " ".join(shown.split())
+    fastest = zoo_cli("fetch", "quick-digits", "--fastest", "--batch", "32", "--json", env=env, check=True)
+    assert json.loads(fastest.stdout)["variant"] == card.fastest(32) and card.keeps_accuracy(card.fastest(32))
+    assert f"fastest at batch 32: {card.fastest(32)}" in fastest.stderr
+    bad = zoo_cli("fetch", "quick-digits", "--fastest", "--batch", "7", env=env)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        "error: --batch 7: cards record latency at batch 1 and 32; pick one of them"]

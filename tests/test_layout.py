@@ -150,4 +150,4 @@ def test_a_kind_added_to_the_table_reaches_recipes_cards_and_docs(test_kind: Kin
     assert not test_kind.primary and test_kind.int8
     with pytest.raises(CardError, match="no kind the zoo knows"):
         parse_card({**card, "variants": {**card["variants"], "int9": test_kind.card_fields(17)}}, "card.yaml")
-    assert "int8-test" in docs.index_page({}, {}, {}) and "a test-only kind" in docs.kinds_reference()
+    assert "int8-test" in docs.index_page({}, {}) and "a test-only kind" in docs.kinds_reference()

@@ -67,9 +67,10 @@ def test_qat_int8_runs_int8_kernels_within_bound(tmp_path):
     result = train(tmp_path, "qat", "--recipe", "qat-int8", "--no-tracking", "quantization.qat_steps=40", nproc=2)
     summary = json.loads((tmp_path / "qat" / "summary.json").read_text())
     variants = summary["variants"]
-    assert set(variants) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    assert set(variants) == {"fp32", "int8-qat", "int8-ptq", "int8-dynamic", "fp16"}
     qat = tmp_path / "qat" / variants["int8-qat"]["file"]
-    assert kernel_types(qat) & INT8_KERNELS, "QAT model must run on int8 kernels"
+    for key in ("int8-qat", "int8-dynamic"):
+        assert kernel_types(tmp_path / "qat" / variants[key]["file"]) & INT8_KERNELS, f"{key} must run int8 kernels"
     assert variants["int8-qat"]["within_bound"], variants
     assert variants["fp32"]["accuracy"] > 0.9
     assert variants["fp32"]["extra_opsets"]["13"]["agreement_with_primary"] == 1.0

@@ -231,7 +231,7 @@ def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(
     assert fetched["source"] == "derived from fp32" and fetched["sha256"] == variant.sha256
     refused = zoo_cli("export", "quick-digits", "--variant", "int8-qat", env=env)
     assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr and "Traceback" not in refused.stderr
-    page = docs.model_page(catalog.entries(tmp_path / "entries")["quick-digits"], {}, {}, tmp_path)
+    page = docs.model_page(catalog.entries(tmp_path / "entries")["quick-digits"], {}, tmp_path)
     assert "| int8-dynamic | int8 | dynamic |" in page and KINDS["int8-dynamic"].summary in page
 
 

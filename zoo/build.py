@@ -24,13 +24,14 @@ from zoo.cards import CARD_FILE, check_paths, dump_card, parse_card, read_yaml
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
-from zoo.evaluate import predict
+from zoo.evaluate import SPEED_BATCHES, predict, timings
 from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.importer import convert, read_checkpoint, resolve_source
 from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import load_recipe
 from zoo.store.fetch import fetch
+from zoo.store.pointer import read_pointer
 from zoo.train.summary import RunSummary
 from zoo.variants import KINDS, kind_of
 from zoo.variants.make import make_variant, spec_for
@@ -111,6 +112,8 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     for key, spec in declared.items():  # the card's other kinds, made from the new fp32 file (training's threads)
         raw["variants"][key] = make_variant(key, spec, fp32, entry_dir, origin, log, env)
     raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
+    log(f"[{name}] measuring every variant's latency side by side ({threads} thread(s), batch 1 and 32)")
+    _write_speed(raw["variants"], entry_dir, summary.dataset, threads)
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
     catalog.write_manifest()
@@ -132,6 +135,8 @@ def export_variant(name: str, key: str, log=print) -> Path:
     fp32 = fetch(name, "fp32", show_progress=False).path
     variants[key] = make_variant(key, spec, fp32, card_path.parent, Origin.of(card), log)
     raw["variants"] = variants
+    if kind.inference:  # its latency next to fp32's, at the threads the card's other figures used
+        _write_speed(variants, card_path.parent, card.dataset.name, card.training.threads or 1, only=[key])
     new = parse_card(raw, str(card_path))
     atomic_write_text(card_path, dump_card(new))
     catalog.write_manifest()
@@ -150,6 +155,24 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
                  variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
                  allow_dirty=allow_dirty, writes=writes)
+
+
+def _write_speed(variants: dict, entry_dir: Path, dataset: str, threads: int, only: list[str] | None = None,
+                 runs: int = 30) -> None:
+    """Each ONNX variant's `speed`: median and p90 latency at batch 1 and 32 and the ratio to fp32, all measured
+    side by side in one run on the test split (fp32 from the checkout or the stores when it is a pointer there)."""
+    keys = [k for k, v in variants.items() if kind_of(k, v).inference and (only is None or k in only)]
+    paths = {k: entry_dir / variants[k]["file"] for k in {"fp32", *keys}}
+    if read_pointer(paths["fp32"]) is not None:
+        paths["fp32"] = fetch(entry_dir.name, "fp32", show_progress=False).path
+    x = load_dataset(dataset).test.x.numpy()
+    measured = timings(paths, x, SPEED_BATCHES, threads, runs)
+    base = measured["fp32"]
+    for key in keys:
+        variants[key]["speed"] = {"threads": threads, "runs": runs, **{
+            f"batch_{b}": {"median_ms": round(median, 4), "p90_ms": round(p90, 4),
+                           "vs_fp32": round(base[b][0] / median, 3)}
+            for b, (median, p90) in measured[key].items()}}
 
 
 def _install_files(summary: RunSummary, out: Path, entry_dir: Path) -> None:

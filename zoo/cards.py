@@ -64,6 +64,24 @@ class Training(Strict):
     reproducible: bool | None = None
 
 
+class Timing(Strict):
+    median_ms: float = Field(gt=0)
+    p90_ms: float = Field(gt=0)
+    vs_fp32: float = Field(gt=0)  # fp32's median over this variant's: above 1 is faster than fp32, below 1 slower
+
+
+class Speed(Strict):
+    """onnxruntime CPU latency, measured by `zoo build` on the card's training.cpu with every variant side by side."""
+
+    threads: int = Field(ge=1)  # intra-op threads of each session
+    runs: int = Field(ge=1)  # timed runs per batch size, after a warm-up
+    batch_1: Timing
+    batch_32: Timing
+
+    def at(self, batch: int) -> Timing:
+        return self.batch_1 if batch == 1 else self.batch_32
+
+
 # onnx: one inference model. ort-training: a zip of onnxruntime-training artifacts (training, eval and optimizer
 # models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split (zoo.variants).
 Format = Literal["onnx", "ort-training"]
@@ -86,6 +104,7 @@ class Variant(Strict):
     # fp32: the opsets the family exports these weights at with fp32's predictions (measured by `zoo build`):
     # `zoo fetch NAME --opset N` serves any of them.
     opset_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
+    speed: Speed | None = None  # latency at batch 1 and 32 relative to fp32 (measured by `zoo build`)
 
     @field_validator("metrics")
     @classmethod
@@ -149,6 +168,20 @@ class ModelCard(Strict):
 
     def metric(self, variant: str) -> float | None:
         return self.variants[variant].metrics.get(self.primary_metric)
+
+    def keeps_accuracy(self, variant: str) -> bool:
+        """The variant's primary metric is within its tolerance of fp32's (what `--fastest` may pick)."""
+        mine, reference = self.metric(variant), self.metric("fp32")
+        return mine is not None and reference is not None and mine >= reference - self.variants[variant].tolerance
+
+    def fastest(self, batch: int = 1) -> str:
+        """The ONNX variant with the lowest measured latency at `batch` (1 or 32) among those that keep fp32's
+        accuracy within their tolerance; fp32 when none beats it."""
+        timed = {k: v.speed.at(batch).median_ms for k, v in self.variants.items()
+                 if kind_of(k, v).inference and v.speed is not None and v.sha256 and self.keeps_accuracy(k)}
+        if "fp32" not in timed:
+            raise ZooError(f"'{self.name}' has no latency measurements on its card: `zoo build {self.name}` measures them")
+        return min(timed, key=timed.get)
 
 
 T = TypeVar("T", bound=BaseModel)

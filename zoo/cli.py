@@ -71,13 +71,27 @@ def card(name: str) -> None:
         out.print(f"  {i}. {step}")
     for title, tensors in (("Inputs", c.inputs), ("Outputs", c.outputs)):
         out.print(f"[bold]{title}[/bold] " + "; ".join(f"{t.name} {t.dtype}{t.shape}" for t in tensors))
-    table = Table("variant", "format", "precision", "quant", "opset", c.primary_metric, "tolerance", "size", "sha256",
-                  title="Variants")
+    table = Table("variant", "type", "opset", c.primary_metric, "size", "speed b1", "speed b32", title="Variants")
     for key, v in c.variants.items():
-        kind = v.format + (f" (recipe {v.recipe})" if v.recipe else "")
-        table.add_row(key, kind, v.precision, v.quantization, str(v.opset), _metric(v.metrics.get(c.primary_metric)),
-                      f"{v.tolerance}", _human(v.size), (v.sha256 or "not built")[:16])
+        kind = " ".join(p for p in (v.precision, "" if v.quantization == "none" else v.quantization,
+                                    "" if kind_of(key, v).inference else v.format) if p)
+        speeds = [f"{v.speed.at(b).vs_fp32:.2f}x" if v.speed else "-" for b in (1, 32)]
+        table.add_row(key, kind + (f" (recipe {v.recipe})" if v.recipe else ""), str(v.opset),
+                      f"{_metric(v.metrics.get(c.primary_metric))} ±{v.tolerance:g}",
+                      _human(v.size) if v.sha256 else "not built", *speeds)
     out.print(table)
+    timed = [v.speed for v in c.variants.values() if v.speed]
+    if timed:
+        cpu = c.training.cpu
+        out.print(f"  speed: fp32's latency over the variant's (above 1x: faster), onnxruntime, {timed[0].threads} "
+                  f"thread(s), median of {timed[0].runs} runs" + (f", on {cpu.model} ({' '.join(cpu.flags)})" if cpu else ""),
+                  highlight=False)
+        slower = [k for k, v in c.variants.items() if v.speed and min(v.speed.batch_1.vs_fp32, v.speed.batch_32.vs_fp32) < 1]
+        for key in slower:
+            out.print(f"  {key} is slower than fp32 on this CPU: {kind_of(key, c.variants[key]).slower_because}",
+                      highlight=False)
+        out.print(f"  fastest within tolerance: batch 1 {c.fastest(1)}, batch 32 {c.fastest(32)} "
+                  f"(`zoo fetch {c.name} --fastest [--batch 32]`)", highlight=False)
     for key, v in c.variants.items():
         out.print(f"  {key}: {kind_of(key, v).summary}", highlight=False)
     out.print("[bold]Trainable on a device[/bold] " + ("every parameter" if c.trainable == ["*"] else ", ".join(c.trainable)))
@@ -116,11 +130,23 @@ def fetch(
     limit_rate: Optional[float] = typer.Option(None, help="Cap the download rate (bytes per second)."),
     opset: Optional[int] = typer.Option(None, help="The fp32 weights at this opset (any in the card's opset_range; "
                                         "re-exported from fp32 when no store has it)."),
+    fastest: bool = typer.Option(False, "--fastest", help="The variant with the lowest latency on the card (CPU and "
+                                 "threads it names) whose accuracy is within its tolerance of fp32."),
+    batch: int = typer.Option(1, help="With --fastest: the batch size you will run, 1 or 32."),
 ) -> None:
     """Get a model's weights, verified by sha256: checkout, cache, the configured LFS stores; derived variants
     (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked."""
     from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
+    if fastest:
+        if batch not in (1, 32):
+            raise ZooError(f"--batch {batch}: cards record latency at batch 1 and 32; pick one of them")
+        c = catalog.get_card(name)
+        variant = c.fastest(batch)
+        timing = c.variants[variant].speed.at(batch)
+        err.print(f"fastest at batch {batch}: {variant} ({timing.median_ms:.3g} ms, {timing.vs_fp32:.2f}x fp32's speed "
+                  f"with {c.variants[variant].speed.threads} thread(s) on {c.training.cpu.model if c.training.cpu else 'the build CPU'})",
+                  markup=False, highlight=False)
     result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
                            opset=opset)
     if as_json:

@@ -1,8 +1,8 @@
 """Generate the docs site's model pages from the same cards the CLI reads (so the site cannot drift).
 
 `zoo docs` writes docs/models/*.md, docs/reference/recipes.md and the plots under docs/models/img/;
-`make docs` then runs `mkdocs build --strict`. Latency comes from benchmarks/results/latency.json and
-the validation verdicts from benchmarks/results/validation.json when those measurements exist.
+`make docs` then runs `mkdocs build --strict`. Latency is the cards' (`zoo build` measures it); the validation
+verdicts come from benchmarks/results/validation.json when that measurement exists.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _verdicts(validation: dict, name: str) -> dict[str, str]:
     return verdicts
 
 
-def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]:
+def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
     images = []
     curve = _load_json(folder / "training_curve.json")
     if curve:
@@ -90,12 +90,13 @@ def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]
         fig.savefig(out / f"{card.name}-curve.png", dpi=110)
         plt.close(fig)
         images.append(f"![training curve](img/{card.name}-curve.png)")
-    if latency:
+    timed = {k: v for k, v in card.variants.items() if v.speed and v.metrics.get(card.primary_metric) is not None}
+    if timed:
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        for key, v in card.variants.items():
-            if key in latency and v.metrics.get(card.primary_metric) is not None:
-                ax.scatter(latency[key]["batch32"], v.metrics[card.primary_metric], label=key, s=40)
-        ax.set(xlabel="onnxruntime latency, batch 32 (ms)", ylabel=card.primary_metric,
+        for key, v in timed.items():
+            ax.scatter(v.speed.batch_32.median_ms, v.metrics[card.primary_metric], label=key, s=40)
+        ax.set(xlabel=f"onnxruntime latency, batch 32, {next(iter(timed.values())).speed.threads} thread(s) (ms)",
+               ylabel=card.primary_metric,
                title=f"{card.name}: accuracy vs latency")
         ax.legend()
         fig.tight_layout()
@@ -105,22 +106,25 @@ def _plots(card: ModelCard, folder: Path, out: Path, latency: dict) -> list[str]
     return images
 
 
-def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], img_dir: Path) -> str:
+def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path) -> str:
     c = entry.card
     lines = [f"# {c.name}", "", c.description, "",
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
              f"**Parameters** {c.num_params:,} · **Licence** {c.license}", "", "## Variants", "",
              f"| variant | precision | quantization | opset | {c.primary_metric} | validation | latency b1 (ms) | "
-             "latency b32 (ms) | size | sha256 | made by |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "latency b32 (ms) | speed vs fp32 (b1 / b32) | size | sha256 | made by |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, v in c.variants.items():
-        lat = latency.get(key, {})
         kind = kind_of(key, v)
         label = f"{key} *" if kind.reference == "retrained" else key  # measured on its recipe's data
+        speed = (f"{v.speed.batch_1.vs_fp32:.2f}x / {v.speed.batch_32.vs_fp32:.2f}x" if v.speed else "–")
         lines.append(f"| {label} | {v.precision} | {v.quantization} | {v.opset} | "
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
-                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {_fmt(lat.get('batch1'), 3)} | "
-                     f"{_fmt(lat.get('batch32'), 3)} | {_size(v.size)} | `{(v.sha256 or 'not built')[:16]}` | {kind.summary} |")
+                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | "
+                     f"{_fmt(v.speed.batch_1.median_ms if v.speed else None, 3)} | "
+                     f"{_fmt(v.speed.batch_32.median_ms if v.speed else None, 3)} | {speed} | {_size(v.size)} | "
+                     f"`{(v.sha256 or 'not built')[:16]}` | {kind.summary} |")
+    lines += speed_section(c)
     if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
         lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
@@ -165,10 +169,37 @@ def model_page(entry: catalog.Entry, latency: dict, verdicts: dict[str, str], im
     labels = next((t.labels for t in c.outputs if t.labels), None)
     if labels:
         lines += ["", "Labels: " + ", ".join(f"`{label}`" for label in labels) + "."]
-    images = _plots(c, entry.dir, img_dir, latency)
+    images = _plots(c, entry.dir, img_dir)
     if images:
         lines += ["", "## Measurements", ""] + images
     return "\n".join(lines) + "\n"
+
+
+def speed_section(c: ModelCard) -> list[str]:
+    """Which variant to use: where and how the latency was measured, the fastest that keeps fp32's accuracy, and
+    why a variant is slower than fp32 on that CPU."""
+    timed = {k: v for k, v in c.variants.items() if v.speed}
+    if not timed:
+        return ["", "No latency on this card yet: `zoo build` measures every variant side by side."]
+    first = next(iter(timed.values())).speed
+    cpu = c.training.cpu
+    lines = ["", "### Which variant to use", "",
+             f"Latency: onnxruntime on the CPU, {first.threads} thread(s), median (and p90 on the card) of "
+             f"{first.runs} runs after a warm-up, every variant side by side in one run"
+             + (f", on {cpu.model} ({', '.join(cpu.flags)})" if cpu else "") + ". Speed vs fp32 is fp32's median "
+             "over the variant's: above 1x is faster. Other CPUs differ (int8 gains most with AVX-512 VNNI or "
+             "AMX, fp16 needs AVX512-FP16).", ""]
+    for batch in (1, 32):
+        best = c.fastest(batch)
+        lines.append(f"- Batch {batch}: **{best}** is the fastest that keeps fp32's {c.primary_metric} within its "
+                     f"tolerance ({c.variants[best].speed.at(batch).vs_fp32:.2f}x fp32): "
+                     f"`zoo fetch {c.name} --fastest" + (" --batch 32`" if batch == 32 else "`"))
+    for key, v in timed.items():
+        slow = [b for b in (1, 32) if v.speed.at(b).vs_fp32 < 1]
+        if slow and key != "fp32":
+            lines.append(f"- {key} is slower than fp32 here at batch {' and '.join(map(str, slow))}: "
+                         f"{kind_of(key, v).slower_because}.")
+    return lines
 
 
 def ondevice_section(c) -> list[str]:
@@ -202,20 +233,22 @@ def ondevice_section(c) -> list[str]:
     return lines + ["```"]
 
 
-def index_page(entries: dict, latency: dict, validation: dict) -> str:
+def index_page(entries: dict, validation: dict) -> str:
     shown = columns()
     lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
-             f"| model | task | params | {' | '.join(shown)} | size (fp32) | fp32 latency b32 (ms) | opsets |",
-             "| --- | --- | --- |" + " --- |" * len(shown) + " --- | --- | --- |"]
+             f"| model | task | params | {' | '.join(shown)} | size (fp32) | fp32 latency b32 (ms) | fastest b1 | opsets |",
+             "| --- | --- | --- |" + " --- |" * len(shown) + " --- | --- | --- | --- |"]
     for name, entry in entries.items():
         c = entry.card
         metric = " | ".join(_fmt(c.metric(k)) if k in c.variants else "–" for k in shown)
         opsets = sorted({v.opset for v in c.variants.values()} | {o for v in c.variants.values() for o in v.extra_opsets})
-        lat = latency.get(name, {}).get("fp32", {}).get("batch32")
+        fp32 = c.variants["fp32"]
+        fastest = c.fastest(1) if fp32.speed else None
         lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric} | "
-                     f"{_size(c.variants['fp32'].size)} | {_fmt(lat, 3)} | "
-                     f"{', '.join(map(str, opsets))} |")
+                     f"{_size(fp32.size)} | {_fmt(fp32.speed.batch_32.median_ms if fp32.speed else None, 3)} | "
+                     + (f"{fastest} ({c.variants[fastest].speed.batch_1.vs_fp32:.2f}x)" if fastest else "–")
+                     + f" | {', '.join(map(str, opsets))} |")
     if validation:
         lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "
                       f"({len(validation.get('rows', []))} checks, {validation.get('seconds', 0):.0f} s)."]
@@ -250,7 +283,6 @@ def recipes_reference() -> str:
 
 def generate() -> list[Path]:
     entries = catalog.entries()
-    latency_all = _load_json(RESULTS / "latency.json").get("entries", {})
     validation = _load_json(RESULTS / "validation.json")
     models = DOCS / "models"
     img = models / "img"
@@ -258,9 +290,9 @@ def generate() -> list[Path]:
     written = []
     for name, entry in entries.items():
         page = models / f"{name}.md"
-        atomic_write_text(page, model_page(entry, latency_all.get(name, {}), _verdicts(validation, name), img))
+        atomic_write_text(page, model_page(entry, _verdicts(validation, name), img))
         written.append(page)
-    atomic_write_text(models / "index.md", index_page(entries, latency_all, validation))
+    atomic_write_text(models / "index.md", index_page(entries, validation))
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
     atomic_write_text(DOCS / "reference" / "benchmarks.md", benchmarks_page())
     atomic_write_text(DOCS / "reference" / "variants.md", kinds_reference())
@@ -286,13 +318,13 @@ def kinds_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-BENCHMARK_PAGES = ["parallel.md", "training.md", "fetch_throughput.md", "validation.md"]
+BENCHMARK_PAGES = ["latency.md", "profiles.md", "parallel.md", "training.md", "fetch_throughput.md", "validation.md"]
 
 
 def benchmarks_page() -> str:
     """The measured reports of benchmarks/ (`make benchmarks` writes them), one section each."""
     lines = ["# Benchmarks", "", "Measured by the scripts in `benchmarks/` (ratios side by side in one run); "
-             "`make benchmarks` re-measures. Per-entry latency is on each model's page.", ""]
+             "`make benchmarks` re-measures. Each model's page has its card's latency (measured by `zoo build`).", ""]
     for name in BENCHMARK_PAGES:
         path = RESULTS / name
         if path.exists():

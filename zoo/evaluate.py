@@ -50,14 +50,33 @@ INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvI
                 "MatMulIntegerToFloat", "QAttention"}
 
 
-def latency_ms(path: Path, x: np.ndarray, repeats: int = 20, threads: int = 1) -> float:
-    """Median wall time of one run on `x` (a benchmark helper; never asserted in tests)."""
-    sess = session(path, threads)
-    name = sess.get_inputs()[0].name
-    sess.run(None, {name: x})
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sess.run(None, {name: x})
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1000)
+SPEED_BATCHES = (1, 32)  # the batch sizes cards and benchmarks report: one request, and a served batch
+
+
+def timings(paths: dict[str, Path], x: np.ndarray, batches: tuple[int, ...] = SPEED_BATCHES, threads: int = 1,
+            runs: int = 30, warmup: int = 5) -> dict[str, dict[int, tuple[float, float]]]:
+    """{name: {batch: (median ms, p90 ms)}} of one session run on the first `batch` rows of `x`, every file measured
+    side by side: sessions are made once and warmed up, then each round runs every file once in turn, so whatever
+    else the machine does slows all of them alike (a benchmark helper; never asserted in tests)."""
+    sessions = {name: session(path, threads) for name, path in paths.items()}
+    feeds = {name: s.get_inputs()[0].name for name, s in sessions.items()}
+    out: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in paths}
+    for batch in batches:
+        data = x[:batch]
+        samples: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(warmup):
+            for name, sess in sessions.items():
+                sess.run(None, {feeds[name]: data})
+        for _ in range(runs):
+            for name, sess in sessions.items():
+                start = time.perf_counter()
+                sess.run(None, {feeds[name]: data})
+                samples[name].append(time.perf_counter() - start)
+        for name, values in samples.items():
+            out[name][batch] = (float(np.median(values) * 1000), float(np.percentile(values, 90) * 1000))
+    return out
+
+
+def latency_ms(path: Path, x: np.ndarray, repeats: int = 30, threads: int = 1) -> float:
+    """Median ms of one run on `x` (one file alone; `timings` compares files)."""
+    return timings({"file": path}, x, (len(x),), threads, repeats)["file"][len(x)][0]

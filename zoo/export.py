@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
+from onnxruntime.transformers.optimizer import optimize_model
 
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes, replace_into
@@ -374,14 +375,34 @@ def gemm_as_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def export_int8_dynamic(fp32_path: Path, path: Path) -> Path:
+def optimize_transformer(fp32_path: Path, path: Path) -> dict[str, int]:
+    """onnxruntime's offline transformer optimizer (model_type bert, after its basic graph optimizations): one
+    Attention op per self-attention block (q/k/v projections, mask, softmax), SkipLayerNormalization, BiasGelu.
+    Heads and width are read from the graph's reshapes. Returns the fusions made (none means the export's pattern
+    no longer matches what onnxruntime knows: the caller refuses)."""
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    optimized = optimize_model(str(fp32_path), model_type="bert", num_heads=0, hidden_size=0, opt_level=1)
+    optimized.save_model_to_file(str(path))
+    return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+
+
+def export_int8_dynamic(fp32_path: Path, path: Path, transformer: bool = False) -> Path:
     """Dynamic quantization with onnxruntime: int8 weights of the MatMul-type ops, activations quantized per batch
-    inside the integer kernels (no calibration data), embedding tables as in the other int8 files."""
+    inside the integer kernels (no calibration data), embedding tables as in the other int8 files. Transformers are
+    first fused by onnxruntime's transformer optimizer, so each attention block becomes one QAttention kernel."""
     tmp, prepared = path.with_suffix(".dyn.tmp"), path.with_suffix(".pre.tmp")
-    quant_pre_process(str(fp32_path), str(prepared))
+    if transformer:
+        fused = optimize_transformer(fp32_path, prepared)
+        if not fused.get("Attention"):
+            prepared.unlink(missing_ok=True)
+            raise ZooError(f"{fp32_path.name}: onnxruntime's transformer optimizer fused no Attention op "
+                           f"(fusions: {fused or 'none'}); the export's attention pattern changed")
+    else:
+        quant_pre_process(str(fp32_path), str(prepared))
     _atomic_save(gemm_as_matmul(onnx.load(str(prepared))), prepared)
+    # Fused ops (com.microsoft domain) have no ONNX shape inference: their outputs are float tensors.
     quantize_dynamic(str(prepared), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=DYNAMIC_OP_TYPES)
+                     op_types_to_quantize=DYNAMIC_OP_TYPES, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     prepared.unlink()
     model = onnx.load(str(tmp))
     tmp.unlink()

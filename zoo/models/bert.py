@@ -75,8 +75,10 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        # view(b, t, -1, head_dim): the head count follows the (possibly tensor-parallel sharded) width.
-        q, k, v = (proj(x).view(b, t, -1, self.head_dim).transpose(1, 2) for proj in (self.query, self.key, self.value))
+        # The head count follows the (possibly tensor-parallel sharded) width; a constant in the exported graph, the
+        # [batch, tokens, heads, head_dim] reshape onnxruntime's transformer optimizer fuses into one Attention op.
+        q, k, v = (y.view(b, t, int(y.shape[-1]) // self.head_dim, self.head_dim).transpose(1, 2)
+                   for y in (self.query(x), self.key(x), self.value(x)))
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + mask_bias
         context = self.dropout(scores.softmax(dim=-1)) @ v
         return context.transpose(1, 2).reshape(b, t, -1)
@@ -165,7 +167,8 @@ class BertModel(nn.Module):
 
 def mask_bias(keep: torch.Tensor) -> torch.Tensor:
     """Additive attention bias: 0 where attended, the float32 minimum on padding."""
-    return ((1.0 - keep.to(torch.float32)) * torch.finfo(torch.float32).min)[:, None, None, :]
+    # Broadcast first, then Cast, Sub, Mul: Hugging Face's order, the mask pattern onnxruntime's Attention fusion knows.
+    return (1.0 - keep[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
 
 
 class BertClassifier(nn.Module):

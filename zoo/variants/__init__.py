@@ -55,11 +55,18 @@ class Kind:
     in_recipe: bool = False  # a recipe's export.variants may list it: the training run makes and measures it
     fixed_opset: int | None = None  # the opset its exporter always writes (None: the recipe's primary opset)
     docs_column: bool = False  # a column of the models index
+    # Why a file of this kind can run slower than fp32 on a CPU (cards, `zoo card` and the docs say it where measured).
+    slower_because: str = "it runs the fp32 file's operators on the same weights; the difference is measurement noise"
 
     @property
     def primary(self) -> bool:
         """A store must hold it: only training (or retraining) can make it."""
         return self.made != "from-fp32"
+
+    @property
+    def inference(self) -> bool:
+        """One ONNX inference model: evaluated, timed on the card, and a candidate for `zoo fetch --fastest`."""
+        return self.format == "onnx"
 
     @property
     def int8(self) -> bool:
@@ -80,24 +87,38 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
     Kind("int8-qat", "model.int8-qat.onnx", "int8", "qat", "training",
          "quantization-aware fine-tuning (torchao PT2E), exported as QDQ by the dynamo exporter",
          tolerance=0.01, reference="labels", in_recipe=True, fixed_opset=20, docs_column=True,
+         slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
+                        "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
+                        "conversions and the per-operator overhead cost more than the integer products save",
          metadata={**_INT8, "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor "
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
     Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
          "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
          tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, docs_column=True,
+         slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
+                        "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
+                        "conversions and the per-operator overhead cost more than the integer products save",
          metadata={**_INT8, "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, "
                    "activations u8 per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME}),
     Kind("int8-dynamic", "model.int8-dynamic.onnx", "int8", "dynamic", "from-fp32",
-         "onnxruntime quantize_dynamic of the fp32 file: int8 weights, activations quantized per batch at run time",
-         tolerance=0.01, reference="labels", tool="quantize_dynamic", in_recipe=True,
+         "onnxruntime quantize_dynamic of the fp32 file (transformers: after onnxruntime's transformer optimizer, so "
+         "attention runs as QAttention): int8 weights, activations quantized per batch at run time",
+         tolerance=0.01, reference="labels", tool="quantize_dynamic", in_recipe=True, docs_column=True,
+         slower_because="only the MatMul-type layers (Linear, attention projections) become int8, each finding its "
+                        "input's range at run time; convolutions and recurrences stay fp32, so a model made mostly of "
+                        "them gains little and pays the conversions",
          metadata={"zoo.precision.weights": "int8", "zoo.precision.activations": "fp32 (u8 per batch inside the "
                    "integer ops)", "zoo.precision.compute": "int8 (u8 activations x s8 weights)",
                    "zoo.precision.accumulation": "int32",
-                   "zoo.quantization": "dynamic: onnxruntime quantize_dynamic, weights s8 per-channel, activations u8 "
-                   "per-tensor computed per batch, " + EMBEDDING_SCHEME}),
+                   "zoo.quantization": "dynamic: onnxruntime quantize_dynamic (transformers fused by onnxruntime's "
+                   "transformer optimizer first: QAttention), weights s8 per-channel, activations u8 per-tensor "
+                   "computed per batch, " + EMBEDDING_SCHEME}),
     Kind("fp16", "model.fp16.onnx", "fp16", "none", "from-fp32",
          "fp16 weights and compute, fp32 inputs and outputs (onnxruntime's float16 converter)",
          tolerance=0.002, reference="outputs", atol=2e-2, tool="float16", in_recipe=True, docs_column=True,
+         slower_because="x86 CPUs without AVX512-FP16 have no fp16 arithmetic: onnxruntime's CPU kernels for most "
+                        "operators are fp32 only, so the file runs with Casts converting around them; fp16 halves the "
+                        "download and pays off on GPUs",
          metadata={"zoo.precision.weights": "fp16", "zoo.precision.activations": "fp16", "zoo.precision.compute": "fp16",
                    "zoo.precision.accumulation": "fp32", "zoo.quantization": "none"}),
     Kind("ort-training", "model.ort-training.zip", "fp32", "none", "from-fp32",

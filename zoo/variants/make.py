@@ -28,6 +28,7 @@ from zoo.errors import ZooError
 from zoo.evaluate import accuracy
 from zoo.federated import fleet_data, fleet_dataset
 from zoo.fsutil import atomic_copy
+from zoo.models import model_spec
 from zoo.ondevice.engine import OnnxTrainer, pack_artifacts, read_split, training_artifacts, unpack_artifacts
 from zoo.recipes import Recipe, load_recipe
 from zoo.store.pointer import pointer_for
@@ -51,7 +52,7 @@ def _quantize_static(fp32: Path, target: Path, recipe: Recipe | None, data: Data
 
 
 def _quantize_dynamic(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
-    return export.export_int8_dynamic(fp32, target)
+    return export.export_int8_dynamic(fp32, target, transformer=model_spec(origin.architecture).family == "bert")
 
 
 def _float16(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
