@@ -1,14 +1,27 @@
-"""onnxruntime latency of every built variant of every entry, side by side in one run, at batch 1 and 32
-(1 intra-op thread). Writes benchmarks/results/latency.{json,md}; the docs read the JSON.
+"""onnxruntime latency of every built variant of every entry, side by side in one run, and where the time goes.
 
-    python benchmarks/latency.py
+For each entry: every ONNX variant the card lists (fetched and sha256-checked), plus, for transformers, fp32 after
+onnxruntime's offline transformer optimizer ("fp32-fused": Attention, SkipLayerNormalization, BiasGelu), so int8 is
+compared with fp32 at its best. Batch 1 and 32, 1 and 2 intra-op threads, a warm-up then 30 timed runs per file
+interleaved round by round (zoo.evaluate.timings), median and p90. Then, for the transformer entries, onnxruntime's
+profiler per operator type (batch 32, 1 thread): which operators still run in float, how much time goes to
+(de)quantization, which QuantizeLinear/DequantizeLinear nodes onnxruntime did not fuse into an integer kernel.
+
+Writes benchmarks/results/latency.{json,md} and profiles.{json,md}; the docs show both.
+
+    python benchmarks/latency.py [--runs 30] [--threads 1 2] [NAME ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
+
+import onnx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -16,37 +29,165 @@ sys.path.insert(0, str(ROOT))
 from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
-from zoo.evaluate import latency_ms  # noqa: E402
+from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, op_profile, session, timings  # noqa: E402
+from zoo.export import optimize_transformer  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
+from zoo.provenance import cpu_info  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
+from zoo.variants import kind_of  # noqa: E402
+
+GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
+MAX_DROP = 0.005  # ... losing at most half a point of accuracy
+QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+FUSED = "fp32-fused"
+
+
+def kernel_graph(path: Path) -> Counter:
+    """Node types of the graph onnxruntime runs, after its fusions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        optimized = Path(tmp) / "optimized.onnx"
+        session(path, optimized_to=optimized)
+        return Counter(node.op_type for node in onnx.load(str(optimized)).graph.node)
+
+
+def files(name: str, tmp: Path) -> dict[str, Path]:
+    card = catalog.get_card(name)
+    paths = {}
+    for key, variant in card.variants.items():
+        if not (variant.built and kind_of(key, variant).inference):
+            continue
+        try:
+            paths[key] = fetch(name, key, show_progress=False).path
+        except ZooError as exc:
+            print(f"skip {name} {key}: {exc}", file=sys.stderr)
+    if card.family == "bert" and "fp32" in paths:
+        optimize_transformer(paths["fp32"], tmp / f"{name}.fused.onnx")
+        paths = {"fp32": paths["fp32"], FUSED: tmp / f"{name}.fused.onnx", **paths}
+    return paths
+
+
+def share(profile: dict[str, float], ops: set[str]) -> float:
+    total = sum(profile.values())
+    return sum(us for op, us in profile.items() if op in ops) / total if total else 0.0
+
+
+def why(profile: dict[str, float], graph: Counter) -> str:
+    """Where an int8 file's time goes, in one sentence."""
+    total = sum(profile.values())
+    floats = {op: us for op, us in profile.items() if op not in INT8_KERNELS | QUANTIZERS}
+    top = ", ".join(f"{op} {us / total:.0%}" for op, us in sorted(floats.items(), key=lambda kv: -kv[1])[:4])
+    unfused = sum(graph[op] for op in ("QuantizeLinear", "DequantizeLinear"))
+    return (f"integer kernels {share(profile, INT8_KERNELS):.0%} of its time, (de)quantization "
+            f"{share(profile, QUANTIZERS):.0%}, float operators {sum(floats.values()) / total:.0%} ({top}); "
+            f"{unfused} QuantizeLinear/DequantizeLinear nodes left unfused")
 
 
 def main() -> None:
-    results, lines = {}, ["# onnxruntime latency (ms, median of 30, 1 thread)", "",
-                          "| model | variant | batch 1 | vs fp32 | batch 32 | vs fp32 |", "| --- | --- | --- | --- | --- | --- |"]
-    for name, entry in catalog.entries().items():
-        card = entry.card
-        x = load_dataset(card.dataset.name).test.x.numpy()
-        measured = {}
-        for key, variant in card.variants.items():
-            if not variant.built or variant.format != "onnx":  # training artifacts are not an inference model
+    parser = argparse.ArgumentParser()
+    parser.add_argument("names", nargs="*", help="entries (default: every built one)")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    cpu = cpu_info()
+    label = f"{cpu['model']} ({', '.join(cpu['flags'])})"
+    results: dict = {"cpu": cpu, "runs": args.runs, "batches": list(SPEED_BATCHES), "entries": {}}
+    profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "entries": {}}
+    with tempfile.TemporaryDirectory(prefix="zoo-latency-") as tmp:
+        for name in args.names or list(catalog.entries()):
+            card = catalog.get_card(name)
+            paths = files(name, Path(tmp))
+            if "fp32" not in paths:
                 continue
-            try:
-                path = fetch(name, key, show_progress=False).path
-            except ZooError as exc:
-                print(f"skip {name} {key}: {exc}", file=sys.stderr)
-                continue
-            measured[key] = {f"batch{b}": latency_ms(path, x[:b], repeats=30) for b in (1, 32)}
-        for key, v in measured.items():
-            base = measured.get("fp32", v)
-            lines.append(f"| {name} | {key} | {v['batch1']:.3f} | {v['batch1'] / base['batch1']:.2f}x | "
-                         f"{v['batch32']:.3f} | {v['batch32'] / base['batch32']:.2f}x |")
-        if measured:
-            results[name] = measured
+            x = load_dataset(card.dataset.name).test.x.numpy()
+            measured = {t: timings(paths, x, SPEED_BATCHES, t, args.runs) for t in args.threads}
+            accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths}
+            results["entries"][name] = {"family": card.family, "accuracy": accuracy, "threads": {
+                str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
+                         for k, m in per.items()} for t, per in measured.items()}}
+            if card.family == "bert":
+                profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_graph(p)}
+                                             for k, p in paths.items()}
+            print(f"measured {name}", file=sys.stderr)
     out = ROOT / "benchmarks" / "results"
-    atomic_write_text(out / "latency.json", json.dumps({"entries": results}, indent=2) + "\n")
-    atomic_write_text(out / "latency.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    atomic_write_text(out / "latency.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "profiles.json", json.dumps(profiles, indent=2) + "\n")
+    latency_md = report(results, label)
+    profiles_md = profile_report(profiles, label)
+    atomic_write_text(out / "latency.md", latency_md)
+    atomic_write_text(out / "profiles.md", profiles_md)
+    print(latency_md + "\n" + profiles_md)
+
+
+def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
+    candidates = {k: per[k][batch]["median_ms"] for k in ("fp32", FUSED) if k in per}
+    best = min(candidates, key=candidates.get)
+    return best, candidates[best]
+
+
+def report(results: dict, label: str) -> str:
+    lines = ["# onnxruntime latency, every variant side by side", "",
+             f"Measured on {label}; median and p90 of {results['runs']} runs after a warm-up, files interleaved round by "
+             f"round; speed = the faster fp32's median over the variant's (above 1x: faster). `{FUSED}` is fp32 after "
+             "onnxruntime's transformer optimizer (Attention, SkipLayerNormalization and BiasGelu fused).", ""]
+    goal_rows = []
+    for name, entry in results["entries"].items():
+        for threads, per in entry["threads"].items():
+            lines += [f"## {name}, {threads} thread(s)", "",
+                      "| variant | accuracy | b1 median (ms) | b1 p90 | b1 speed | b32 median (ms) | b32 p90 | b32 speed |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            for key, timing in per.items():
+                cells = []
+                for b in ("1", "32"):
+                    _, best = _best_fp32(per, b)
+                    cells += [f"{timing[b]['median_ms']:.3f}", f"{timing[b]['p90_ms']:.3f}",
+                              f"{best / timing[b]['median_ms']:.2f}x"]
+                acc = entry["accuracy"][key]
+                lines.append(f"| {key} | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
+            lines.append("")
+            if entry["family"] == "bert" and "int8-qat" in per:
+                for b in ("1", "32"):
+                    base, best = _best_fp32(per, b)
+                    speed = best / per["int8-qat"][b]["median_ms"]
+                    vs_ptq = per["int8-ptq"][b]["median_ms"] / per["int8-qat"][b]["median_ms"] if "int8-ptq" in per else None
+                    goal_rows.append((name, threads, b, base, speed, vs_ptq))
+    drops = {n: (e["accuracy"]["fp32"] - e["accuracy"]["int8-qat"]) for n, e in results["entries"].items()
+             if e["family"] == "bert" and e["accuracy"].get("int8-qat") is not None}
+    lines += ["## Goal: BERT int8-qat at least 2.0x the faster fp32, at least as fast as int8-ptq, within 0.5 points",
+              "", "| entry | threads | batch | faster fp32 | int8-qat speed | vs goal | int8-qat / int8-ptq speed | "
+              "accuracy drop (points) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, threads, b, base, speed, vs_ptq in goal_rows:
+        gap = "met" if speed >= GOAL else f"short by {GOAL - speed:.2f}x"
+        lines.append(f"| {name} | {threads} | {b} | {base} | {speed:.2f}x | {gap} | "
+                     f"{'-' if vs_ptq is None else f'{vs_ptq:.2f}x'} | {drops.get(name, 0) * 100:+.2f} |")
+    missed = [r for r in goal_rows if r[4] < GOAL]
+    lines += ["", f"{len(goal_rows) - len(missed)} of {len(goal_rows)} cells meet the 2.0x goal"
+              + (f"; accuracy drops within {MAX_DROP * 100:.1f} points: "
+                 f"{all(d <= MAX_DROP + 1e-12 for d in drops.values())}." if drops else ".")
+              + " Where the goal is missed, profiles.md shows where the int8 file's time goes.", ""]
+    return "\n".join(lines)
+
+
+def profile_report(profiles: dict, label: str) -> str:
+    lines = ["# Where the time goes: onnxruntime profiles of the BERT entries", "",
+             f"onnxruntime's profiler on {label}, batch {profiles['batch']}, {profiles['threads']} thread, per "
+             "operator type of the graph onnxruntime runs after its fusions (microseconds per run). Integer kernels: "
+             + ", ".join(sorted(INT8_KERNELS)) + ".", ""]
+    for name, variants in profiles["entries"].items():
+        lines += [f"## {name}", "", "| variant | total (ms) | integer kernels | (de)quantization | float operators | "
+                  "unfused Q/DQ nodes | top operators |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for key, data in variants.items():
+            prof, graph = data["per_op_us"], Counter(data["graph"])
+            total = sum(prof.values())
+            top = ", ".join(f"{op} {us / total:.0%}" for op, us in list(prof.items())[:5])
+            floats = 1 - share(prof, INT8_KERNELS) - share(prof, QUANTIZERS)
+            lines.append(f"| {key} | {total / 1000:.2f} | {share(prof, INT8_KERNELS):.0%} | {share(prof, QUANTIZERS):.0%} "
+                         f"| {floats:.0%} | {graph['QuantizeLinear'] + graph['DequantizeLinear']} | {top} |")
+        lines.append("")
+        for key in ("int8-qat", "int8-ptq", "int8-dynamic"):
+            if key in variants:
+                lines.append(f"- {key}: {why(variants[key]['per_op_us'], Counter(variants[key]['graph']))}.")
+        lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ The bottom of the measuring stack: it knows ONNX files and arrays, not cards, st
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -80,3 +83,26 @@ def timings(paths: dict[str, Path], x: np.ndarray, batches: tuple[int, ...] = SP
 def latency_ms(path: Path, x: np.ndarray, repeats: int = 30, threads: int = 1) -> float:
     """Median ms of one run on `x` (one file alone; `timings` compares files)."""
     return timings({"file": path}, x, (len(x),), threads, repeats)["file"][len(x)][0]
+
+
+def op_profile(path: Path, x: np.ndarray, threads: int = 1, runs: int = 20) -> dict[str, float]:
+    """Microseconds per run spent in each operator type of the graph onnxruntime actually runs (after its fusions),
+    from onnxruntime's own profiler over `runs` runs on `x` (a benchmark helper)."""
+    with tempfile.TemporaryDirectory(prefix="zoo-profile-") as tmp:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.log_severity_level = 3
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tmp, "profile")
+        sess = ort.InferenceSession(str(require_content(Path(path))), options, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        sess.run(None, {name: x})  # the first run allocates: kept out of the numbers below
+        start = time.perf_counter_ns() // 1000 - sess.get_profiling_start_time_ns() // 1000
+        for _ in range(runs):
+            sess.run(None, {name: x})
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    per_op: Counter = Counter()
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= start:
+            per_op[event["args"]["op_name"]] += event["dur"]
+    return {op: us / runs for op, us in per_op.most_common()}
