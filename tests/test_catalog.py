@@ -103,7 +103,9 @@ def test_cli_list_card_info(zoo_env):
     env = {"ZOO_ENTRIES": str(zoo_env["entries"])}
     listed = json.loads(zoo_cli("list", "--json", env=env, check=True).stdout)
     assert [c["name"] for c in listed] == ["tiny"]
-    assert json.loads(zoo_cli("list", "--task", "detection", "--json", env=env, check=True).stdout) == []
+    assert [c["name"] for c in json.loads(zoo_cli("list", "--task", "classification", "--json", env=env,
+                                                  check=True).stdout)] == ["tiny"]
+    assert zoo_cli("list", "--task", "detection", "--json", env=env).returncode == 1  # not an empty success
     assert "0.8750" in zoo_cli("card", "tiny", env=env, check=True).stdout
     info = json.loads(zoo_cli("info", "tiny", "--json", env=env, check=True).stdout)
     assert info["variants"]["fp32"]["metrics"]["accuracy"] == 0.875
@@ -155,3 +157,18 @@ def test_fastest_is_the_quickest_variant_that_keeps_fp32_accuracy():
     with pytest.raises(CardError, match="vs_fp32"):  # the schema refuses a non-positive ratio
         variants["fp16"]["speed"]["batch_1"]["vs_fp32"] = 0
         parse_card(card_dict("timed", variants), "card.yaml")
+
+
+def test_cli_reads_as_a_user_expects():
+    assert zoo_cli("--version", check=True).stdout.strip().startswith("zoo ")
+    unknown = zoo_cli("list", "--task", "nosuch")
+    assert unknown.returncode == 1 and unknown.stderr.strip().splitlines() == [
+        "error: no model in the catalog has task 'nosuch'; its tasks are: "
+        + ", ".join(sorted({catalog.get_card(n).task for n in catalog.list_models()}))]
+    failed = zoo_cli("fetch", "nosuch", "--json")  # a JSON caller gets JSON on failure too
+    assert failed.returncode == 1 and json.loads(failed.stdout)["kind"] == "UnknownModelError"
+    shown = zoo_cli("card", "bert-tiny", check=True).stdout
+    assert "int64 [batch, 64]" in shown and "MiB" in shown and " MB" not in shown  # no markup swallowed, real units
+    info = zoo_cli("info", "bert-tiny", check=True).stdout
+    assert info.startswith("bert-tiny: language-identification") and "zoo info bert-tiny --json" in info
+    assert json.loads(zoo_cli("info", "bert-tiny", "--json", check=True).stdout)["name"] == "bert-tiny"

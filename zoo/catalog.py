@@ -64,7 +64,12 @@ def reload() -> None:
 
 
 def list_models(task: str | None = None) -> list[str]:
-    return [name for name, e in entries().items() if task is None or e.card.task == task]
+    """The catalog's names, or those of one task (an unknown task is an error naming the known ones)."""
+    catalog = entries()
+    tasks = sorted({e.card.task for e in catalog.values()})
+    if task is not None and task not in tasks:
+        raise UnknownModelError(f"no model in the catalog has task '{task}'; its tasks are: {', '.join(tasks)}")
+    return [name for name, e in catalog.items() if task is None or e.card.task == task]
 
 
 def get_entry(name: str) -> Entry:

@@ -9,13 +9,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from zoo import catalog
 from zoo.config import lfs_remote_urls
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text
 from zoo.reproduce import reproduce as run_reproduce
+from zoo.store.cache import ObjectCache
+from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
@@ -23,6 +26,23 @@ from zoo.store.serve import serve as run_server
 from zoo.variants import KINDS, kind_of
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="zoo: a model zoo whose every number is measured.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version  # lazy: only for --version
+
+        try:
+            print(f"zoo {version('zoo')}")
+        except PackageNotFoundError:  # run from a checkout without `pip install -e .`
+            print("zoo (not installed: run from a checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="Print the version and exit.")) -> None:
+    """zoo: a model zoo whose every number is measured."""
 out = Console()
 err = Console(stderr=True)
 
@@ -30,8 +50,8 @@ err = Console(stderr=True)
 def _human(size: int | None) -> str:
     if size is None:
         return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
 
@@ -62,16 +82,20 @@ def list_cmd(task: Optional[str] = typer.Option(None, help="Only models for this
 def card(name: str) -> None:
     """Render a model's card."""
     c = catalog.get_card(name)
-    out.print(f"[bold]{c.name}[/bold] — {c.task} ({c.family}), {c.num_params:,} parameters, licence {c.license}")
-    out.print(c.description)
-    out.print(f"\n[bold]Dataset[/bold] {c.dataset.name}: {c.dataset.source} (licence {c.dataset.license}); "
-              + ", ".join(f"{k} {v}" for k, v in c.dataset.splits.items()))
+    # Card text is data, not rich markup: "[batch, 64]" and "<pkg>" print as written.
+    out.print(f"[bold]{escape(c.name)}[/bold] — " + escape(f"{c.task} ({c.family}), {c.num_params:,} parameters, "
+                                                          f"licence {c.license}"))
+    out.print(escape(c.description))
+    out.print("\n[bold]Dataset[/bold] " + escape(f"{c.dataset.name}: {c.dataset.source} (licence {c.dataset.license}); "
+                                                  + ", ".join(f"{k} {v}" for k, v in c.dataset.splits.items())))
     out.print("[bold]Preprocessing[/bold]")
     for i, step in enumerate(c.preprocessing, 1):
-        out.print(f"  {i}. {step}")
+        out.print(f"  {i}. " + escape(step))
     for title, tensors in (("Inputs", c.inputs), ("Outputs", c.outputs)):
-        out.print(f"[bold]{title}[/bold] " + "; ".join(f"{t.name} {t.dtype}{t.shape}" for t in tensors))
-    table = Table("variant", "type", "opset", c.primary_metric, "size", "speed b1", "speed b32", title="Variants")
+        out.print(f"[bold]{title}[/bold] " + escape("; ".join(f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}]"
+                                                           for t in tensors)))
+    table = Table(Column("variant", no_wrap=True), "type", "opset", c.primary_metric, Column("size", no_wrap=True),
+                  "speed b1", "speed b32", title="Variants")
     for key, v in c.variants.items():
         kind = " ".join(p for p in (v.precision, "" if v.quantization == "none" else v.quantization,
                                     "" if kind_of(key, v).inference else v.format) if p)
@@ -117,8 +141,23 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
     data["entry_dir"] = str(entry.dir)
     if as_json:
         print(json.dumps(data, indent=2))
-    else:
-        out.print_json(json.dumps(data))
+        return
+    c = entry.card
+    print(f"{c.name}: {c.task}, {c.family}, {c.num_params:,} parameters\ncard: {entry.dir / 'card.yaml'}")
+    cache = ObjectCache()
+    for key, v in c.variants.items():
+        path = entry.dir / v.file
+        pointer = read_pointer(path) if path.is_file() else None
+        if not v.built:
+            where = "not built"
+        elif path.is_file() and pointer is None:
+            where = f"{path} (in the checkout)"
+        elif pointer is not None and cache.get(pointer, verify=False) is not None:
+            where = f"{cache.path(pointer.oid)} (cached)"
+        else:
+            where = f"in the stores: zoo fetch {c.name} --variant {key}"
+        print(f"{key}: sha256 {v.sha256 or '-'}\n  {where}")
+    print(f"(the whole card as JSON: zoo info {c.name} --json)")
 
 
 @app.command()
@@ -422,10 +461,27 @@ def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
     run_server(storage, host, port, ranges=not no_ranges)
 
 
+class _Watched:
+    """stdout, remembering whether a command wrote to it (a JSON report already printed is the answer)."""
+
+    def __init__(self, stream):
+        self.stream, self.used = stream, False
+
+    def write(self, text: str) -> int:
+        self.used = self.used or bool(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
 def main() -> None:
+    sys.stdout = watched = _Watched(sys.stdout)
     try:
         app(standalone_mode=True)
     except ZooError as exc:
+        if "--json" in sys.argv[1:] and not watched.used:  # a caller reading JSON gets JSON, failures included
+            print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(exc.exit_code) from None
 
