@@ -44,7 +44,7 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
     _, out = site
     for name, entry in catalog.entries().items():
         page = (out / "models" / name / "index.html").read_text()
-        assert f"zoo fetch {name} --variant fp32" in page
+        assert (f"zoo fetch {name} --variant fp32" in page) == entry.card.variants["fp32"].built
         metric = entry.card.metric("fp32")
         if metric is not None:
             assert f">{metric:.4f}<" in page
@@ -77,3 +77,20 @@ def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
         page.screenshot(path=str(tmp_path / "card.png"), full_page=True)
         browser.close()
     assert (tmp_path / "card.png").stat().st_size > 10_000
+
+
+def test_an_unbuilt_entry_says_so_and_offers_no_fetch(site, tmp_path):
+    """bert-base is planned, not built: a notice with how to build it and an estimate, no `zoo fetch` that must fail,
+    and validation reports it as not built rather than counting a pass."""
+    from zoo import docs
+    from zoo.validate import validate_entry
+
+    _, out = site
+    page = (out / "models" / "bert-base" / "index.html").read_text()
+    assert "Not built yet" in page and "zoo build bert-base" in page and "PFLOP" in page
+    assert "zoo fetch bert-base" not in page and "None thread" not in page
+    rows = validate_entry(catalog.get_entry("bert-base"), tmp_path)
+    assert [(r.check, r.verdict) for r in rows] == [("built", "skip")]
+    rows_json = {"rows": [{"entry": r.entry, "variant": r.variant, "check": r.check, "ok": r.ok, "skipped": r.skipped}
+                          for r in rows]}
+    assert docs._verdicts(rows_json, "bert-base") == {"*": "not built"}

@@ -70,6 +70,8 @@ def _verdicts(validation: dict, name: str) -> dict[str, str]:
     for variant in {r["variant"] for r in rows} - {"*"}:
         mine = [r for r in rows if r["variant"] == variant] + entry_rows
         verdicts[variant] = "FAIL" if any(not r["ok"] for r in mine) else "pass"
+    if any(r["check"] == "built" for r in entry_rows):
+        return {"*": "not built"}
     if entry_rows and all(r.get("skipped") for r in entry_rows):
         return {"*": "skipped (not rebuilt in the fast CI run)"}
     return verdicts
@@ -106,11 +108,52 @@ def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
     return images
 
 
-def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path) -> str:
+def training_flops(card: ModelCard) -> float | None:
+    """Training compute of the card's recipe, 6 x parameters x tokens (Kaplan et al. 2020), QAT steps included."""
+    if not card.training.recipe:
+        return None
+    recipe = load_recipe(card.training.recipe, model=card.architecture)
+    examples = (recipe.steps * recipe.global_batch_size if recipe.steps
+                else recipe.epochs * card.dataset.splits.get("train", 0))
+    if recipe.quantization.scheme == "qat-int8":
+        examples += recipe.quantization.qat_steps * recipe.global_batch_size
+    tokens = 1
+    for dim in card.inputs[0].shape:
+        tokens *= dim if isinstance(dim, int) else 1
+    return 6.0 * card.num_params * examples * tokens
+
+
+def build_estimate(card: ModelCard, others: dict) -> str:
+    """An unbuilt entry's build time, scaled by training compute from the largest built entry of its family."""
+    flops = training_flops(card)
+    refs = [(training_flops(e.card), e.card) for e in others.values()
+            if e.card.family == card.family and e.card.training.build_time_s and e.card.name != card.name]
+    refs = [(f, ref) for f, ref in refs if f]
+    if not flops or not refs:
+        return f"training compute about {flops / 1e15:.1f} PFLOP (6 x parameters x tokens)" if flops else ""
+    ref_flops, ref = max(refs, key=lambda r: r[0])
+    cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
+    return (f"training compute about {flops / 1e15:.2f} PFLOP (6 x parameters x tokens), {flops / ref_flops:.0f}x "
+            f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
+            f"{ref.training.command.split('nproc_per_node=')[-1].split()[0] if 'nproc_per_node=' in ref.training.command else '?'} "
+            f"process(es) x {ref.training.threads} thread(s): about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} "
+            "hours on that CPU, scaled by compute (GPUs are many times faster)")
+
+
+def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None) -> str:
     c = entry.card
     lines = [f"# {c.name}", "", c.description, "",
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
-             f"**Parameters** {c.num_params:,} · **Licence** {c.license}", "", "## Variants", "",
+             f"**Parameters** {c.num_params:,} · **Licence** {c.license}", ""]
+    if not any(v.built for v in c.variants.values()):
+        estimate = build_estimate(c, others or {})
+        lines += ["!!! warning \"Not built yet\"", "    No weights of this entry are published, so `zoo fetch` has "
+                  f"nothing to give and the table below lists planned variants. Build it with `zoo build {c.name}` "
+                  f"(planned run: `{c.training.command}`)"
+                  + (f" or import an upstream checkpoint with `zoo import {c.name} --from <checkpoint dir>`"
+                     if c.training.imported_from or c.family == "bert" else "")
+                  + (f"; {estimate}" if estimate else "") + ".", ""]
+    lines += ["## Variants", "",
              f"| variant | precision | quantization | opset | {c.primary_metric} | validation | latency b1 (ms) | "
              "latency b32 (ms) | speed vs fp32 (b1 / b32) | size | sha256 | made by |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -142,15 +185,21 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path) ->
                       + ". Derived from fp32 (made by `zoo fetch` when no store has them, sha256-checked): "
                       + ", ".join(f"`{k}`" for k in derived) + "."]
     lines += ondevice_section(c)
-    lines += ["", "## Get it", "", "```bash"]
-    lines += [f"zoo fetch {c.name} --variant {key}" for key in c.variants]
-    lines += ["```", "", "## Train it", "", "```bash"]
+    built = [key for key, v in c.variants.items() if v.built]
+    if built:
+        lines += ["", "## Get it", "", "```bash"]
+        lines += [f"zoo fetch {c.name} --variant {key}" for key in built]
+        lines += ["```"]
+    lines += ["", "## Train it", "", "```bash"]
+    if not built:
+        lines.append(f"{c.training.command}   # the card's planned run")
     if c.training.imported_from:
         lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
     lines += launcher_commands(c.architecture, c.training.recipe)
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
-    lines += ["```", "", f"Produced by `{c.training.command}`"
-              + (f", seed {c.training.seed}, {c.training.threads} thread(s) per process" if c.training.seed is not None else "")
+    lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
+              + (f", seed {c.training.seed}" if c.training.seed is not None else "")
+              + (f", {c.training.threads} thread(s) per process" if c.training.threads else "")
               + (f", in {c.training.build_time_s:.0f} s" if c.training.build_time_s else "")
               + (f" on {c.training.cpu.model} ({', '.join(c.training.cpu.flags)})" if c.training.cpu else "")
               + (f", at commit `{c.training.git_commit}` (`zoo reproduce {c.name}` rebuilds it)"
@@ -290,7 +339,7 @@ def generate() -> list[Path]:
     written = []
     for name, entry in entries.items():
         page = models / f"{name}.md"
-        atomic_write_text(page, model_page(entry, _verdicts(validation, name), img))
+        atomic_write_text(page, model_page(entry, _verdicts(validation, name), img, entries))
         written.append(page)
     atomic_write_text(models / "index.md", index_page(entries, validation))
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
