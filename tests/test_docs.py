@@ -44,7 +44,10 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
     _, out = site
     for name, entry in catalog.entries().items():
         page = (out / "models" / name / "index.html").read_text()
-        assert (f"zoo fetch {name} --variant fp32" in page) == entry.card.variants["fp32"].built
+        fp32 = entry.card.variants["fp32"]
+        assert (f"zoo fetch {name} --variant fp32" in page) == fp32.built
+        if fp32.built:  # sizes sort by bytes, accuracies carry their interval, hashes sit in a details block
+            assert f'data-sort="{fp32.size}"' in page and "95% CI" in page and "<details" in page
         metric = entry.card.metric("fp32")
         if metric is not None:
             assert f">{metric:.4f}<" in page

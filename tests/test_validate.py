@@ -232,7 +232,7 @@ def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(
     refused = zoo_cli("export", "quick-digits", "--variant", "int8-qat", env=env)
     assert refused.returncode != 0 and "zoo build quick-digits" in refused.stderr and "Traceback" not in refused.stderr
     page = docs.model_page(catalog.entries(tmp_path / "entries")["quick-digits"], {}, tmp_path)
-    assert "| int8-dynamic | int8 | dynamic |" in page and KINDS["int8-dynamic"].summary in page
+    assert "| int8-dynamic | int8 dynamic |" in page and KINDS["int8-dynamic"].summary in page
 
 
 def test_a_failing_run_names_a_failing_row_with_full_hashes(published, tmp_path):

@@ -8,6 +8,7 @@ verdicts come from benchmarks/results/validation.json when that measurement exis
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -59,7 +60,19 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 
 def _size(n: int | None) -> str:
-    return "–" if n is None else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+    """A size for tables: read in KiB/MiB, sorted by bytes (docs/js/sortable.js reads data-sort)."""
+    if n is None:
+        return "–"
+    shown = f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+    return f'<span data-sort="{n}">{shown}</span>'
+
+
+def confidence(accuracy: float, n: int) -> float:
+    """Half-width of the 95% Wilson interval of an accuracy measured on n examples."""
+    z = 1.959964
+    centre = (accuracy + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(abs(centre + half - accuracy), abs(accuracy - (centre - half)))
 
 
 def _verdicts(validation: dict, name: str) -> dict[str, str]:
@@ -154,19 +167,27 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
                      if c.training.imported_from or c.family == "bert" else "")
                   + (f"; {estimate}" if estimate else "") + ".", ""]
     lines += ["## Variants", "",
-             f"| variant | precision | quantization | opset | {c.primary_metric} | validation | latency b1 (ms) | "
-             "latency b32 (ms) | speed vs fp32 (b1 / b32) | size | sha256 | made by |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"| variant | type | opset | {c.primary_metric} (test, 95% CI) | validation | latency b1 / b32 (ms) | "
+             "speed vs fp32 (b1 / b32) | size |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    tested = c.dataset.splits.get("test")
     for key, v in c.variants.items():
         kind = kind_of(key, v)
         label = f"{key} *" if kind.reference == "retrained" else key  # measured on its recipe's data
         speed = (f"{v.speed.batch_1.vs_fp32:.2f}x / {v.speed.batch_32.vs_fp32:.2f}x" if v.speed else "–")
-        lines.append(f"| {label} | {v.precision} | {v.quantization} | {v.opset} | "
-                     f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(v.metrics.get(c.primary_metric))}</span> | "
-                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | "
-                     f"{_fmt(v.speed.batch_1.median_ms if v.speed else None, 3)} | "
-                     f"{_fmt(v.speed.batch_32.median_ms if v.speed else None, 3)} | {speed} | {_size(v.size)} | "
-                     f"`{(v.sha256 or 'not built')[:16]}` | {kind.summary} |")
+        latency = (f"{v.speed.batch_1.median_ms:.3g} / {v.speed.batch_32.median_ms:.3g}" if v.speed else "–")
+        metric = v.metrics.get(c.primary_metric)
+        interval = (f" ±{confidence(metric, tested):.4f}" if metric is not None and tested
+                    and kind.reference != "retrained" else "")
+        lines.append(f"| {label} | {' '.join(p for p in (v.precision, v.quantization) if p != 'none')} | {v.opset} | "
+                     f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(metric)}</span>{interval} | "
+                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {latency} | "
+                     f"{speed} | {_size(v.size)} |")
+    lines += ["", f"95% CI: Wilson interval for {tested:,} test examples." if tested else "",
+              "", "<details markdown><summary>sha256 and how each file is made</summary>", "",
+              "| variant | sha256 | made by |", "| --- | --- | --- |"]
+    lines += [f"| {key} | `{v.sha256 or 'not built'}` | {kind_of(key, v).summary} |" for key, v in c.variants.items()]
+    lines += ["", "</details>"]
     lines += speed_section(c)
     if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
         lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
@@ -286,7 +307,8 @@ def index_page(entries: dict, validation: dict) -> str:
     shown = columns()
     lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
-             f"| model | task | params | {' | '.join(shown)} | size (fp32) | fp32 latency b32 (ms) | fastest b1 | opsets |",
+             f"| model | task | params | {' | '.join(f'{k} accuracy' for k in shown)} | size (fp32) | "
+             "fp32 latency b32 (ms) | fastest at batch 1 | opsets |",
              "| --- | --- | --- |" + " --- |" * len(shown) + " --- | --- | --- | --- |"]
     for name, entry in entries.items():
         c = entry.card

@@ -8,7 +8,8 @@ document.addEventListener("DOMContentLoaded", () => {
         const rows = Array.from(body.rows);
         const ascending = th.dataset.order !== "asc";
         const key = (row) => {
-          const text = row.cells[column].innerText.replace(/,/g, "").trim();
+          const tagged = row.cells[column].querySelector("[data-sort]");  // e.g. sizes: bytes behind "16.8 MiB"
+          const text = (tagged ? tagged.dataset.sort : row.cells[column].innerText).replace(/,/g, "").trim();
           const number = parseFloat(text);
           return Number.isNaN(number) ? text : number;
         };
