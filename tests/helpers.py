@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ import requests
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
+from zoo import catalog, docs
 from zoo.store.pointer import pointer_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,3 +177,30 @@ def train_onnx(tmp_path: Path, out: str, *args: str) -> Path:
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return tmp_path / out / "model.onnx"
+
+
+def run_use_it(entries: Path, name: str, tmp: Path, env: dict | None = None) -> list[str]:
+    """Generate `name`'s docs page from the catalog at `entries`, run its "Use it" block as a user would (a fresh
+    Python process), and return the labels it printed."""
+    page = docs.model_page(catalog.entries(entries)[name], {}, tmp)
+    block = page.split("## Use it", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp / f"use-{name}.py"
+    script.write_text(block)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp, timeout=300,
+                            env={**os.environ, "ZOO_ENTRIES": str(entries), **(env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
+def entry_of(entries: Path, name: str, fp32: Path) -> Path:
+    """A catalog entry `name` (the repo card's hand-written fields) whose only variant is the given fp32 file."""
+    card = yaml.safe_load((REPO / "zoo" / "entries" / name / "card.yaml").read_text())
+    folder = entries / name
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fp32, folder / "model.onnx")
+    pointer = pointer_for(folder / "model.onnx")
+    card["variants"] = {"fp32": {**card["variants"]["fp32"], "sha256": pointer.oid, "size": pointer.size,
+                                 "extra_opsets": {}, "opset_range": None, "speed": None}}
+    card["variants"]["fp32"] = {k: v for k, v in card["variants"]["fp32"].items() if v is not None}
+    (folder / "card.yaml").write_text(yaml.safe_dump(card, sort_keys=False))
+    return folder

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import REPO, quick_digits_entry, zoo_cli
+from tests.helpers import REPO, quick_digits_entry, run_use_it, zoo_cli
 from zoo import catalog
 from zoo.cards import load_card
 from zoo.provenance import current_versions
@@ -81,6 +81,7 @@ def test_build_writes_measured_card(tmp_path):
     fastest = zoo_cli("fetch", "quick-digits", "--fastest", "--batch", "32", "--json", env=env, check=True)
     assert json.loads(fastest.stdout)["variant"] == card.fastest(32) and card.keeps_accuracy(card.fastest(32))
     assert f"fastest at batch 32: {card.fastest(32)}" in fastest.stderr
+    assert len(run_use_it(entries, "quick-digits", tmp_path, env)) == 4  # the docs' "Use it" block, as written
     bad = zoo_cli("fetch", "quick-digits", "--fastest", "--batch", "7", env=env)
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: --batch 7: cards record latency at batch 1 and 32; pick one of them"]

@@ -9,8 +9,9 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import REPO, build_flags, zoo_cli
+from tests.helpers import REPO, build_flags, entry_of, run_use_it, zoo_cli
 from tests.test_training import train
+from zoo import catalog
 from zoo.cards import load_card
 from zoo.models import build_model
 
@@ -33,6 +34,11 @@ def test_family_trains_exports_and_quantizes(tmp_path, model):
         for key in ("int8-qat", "int8-ptq", "int8-dynamic"):
             ratio = summary["variants"][key]["size"] / summary["variants"]["fp32"]["size"]
             assert ratio <= 0.30, f"{key} is {ratio:.0%} of fp32"
+    # The docs' "Use it" block (fetch, the dataset's preprocessing, onnxruntime) runs as written on this model.
+    entries = tmp_path / "entries"
+    entry_of(entries, model, tmp_path / model / summary["variants"]["fp32"]["file"])
+    labels = run_use_it(entries, model, tmp_path, {"ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""})
+    assert labels and set(labels) <= set(catalog.get_card(model).outputs[0].labels), labels
     losses = summary["phases"]["fp32"]["losses"]
     # A few steps only: the loss stays finite and does not diverge (convergence is what the entries' builds show).
     assert all(math.isfinite(v) for v in losses) and max(losses[-5:]) < 1.5 * math.log(10), losses

@@ -19,6 +19,7 @@ import yaml
 from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.config import REPO_ROOT
+from zoo.data import load_dataset
 from zoo.fsutil import atomic_write_text
 from zoo.models import build_model
 from zoo.recipes import Recipe, load_recipe
@@ -211,6 +212,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         lines += ["", "## Get it", "", "```bash"]
         lines += [f"zoo fetch {c.name} --variant {key}" for key in built]
         lines += ["```"]
+        lines += use_it(c)
     lines += ["", "## Train it", "", "```bash"]
     if not built:
         lines.append(f"{c.training.command}   # the card's planned run")
@@ -243,6 +245,23 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     if images:
         lines += ["", "## Measurements", ""] + images
     return "\n".join(lines) + "\n"
+
+
+def use_it(c: ModelCard) -> list[str]:
+    """Fetch, the dataset's exact preprocessing (zoo.data, the code that prepared the training data) and onnxruntime
+    inference, as one runnable block (tests/test_families.py and test_entries.py execute it)."""
+    usage = load_dataset(c.dataset.name).usage
+    labels = next((t.labels for t in c.outputs if t.labels), None)
+    if not usage or not labels:
+        return []
+    code = ["import numpy as np", "import onnxruntime as ort", "", "import zoo", "", usage, "",
+            f'session = ort.InferenceSession(str(zoo.fetch("{c.name}")))  # fp32; any variant takes the same input',
+            f'logits = session.run(None, {{"{c.inputs[0].name}": x}})[0]  # [batch, {len(labels)}]',
+            f"labels = {labels!r}",
+            "print([labels[i] for i in logits.argmax(axis=1)])"]
+    return ["", "## Use it", "", "```python", *code, "```", "",
+            f"`zoo fetch {c.name} --fastest` names the quickest variant on this card that keeps fp32's "
+            f"{c.primary_metric}; pass its path instead."]
 
 
 def speed_section(c: ModelCard) -> list[str]:

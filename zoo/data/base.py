@@ -36,6 +36,9 @@ class Dataset:
     source: str  # provenance
     license: str
     preprocessing: list[str] = field(default_factory=list)
+    # Python that turns raw examples into the model's input array `x` (numpy imported as np), exactly as the data
+    # above was prepared: the docs' "Use it" section runs it before onnxruntime, and a test executes that section.
+    usage: str = ""
 
     @property
     def input_shape(self) -> list[int]:

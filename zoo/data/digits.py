@@ -33,4 +33,8 @@ def load() -> Dataset:
         license="CC BY 4.0 (UCI Machine Learning Repository)",
         preprocessing=["pixel values 0..16 divided by 16.0 -> float32 in [0, 1]", "shape [batch, 1, 8, 8]",
                        f"stratified split 70/10/20 (train/val/test), sklearn train_test_split random_state={SEED}"],
+        usage='''from sklearn.datasets import load_digits
+
+images = load_digits().images[:4]  # 8x8 grey levels 0..16 (use your own the same way)
+x = (images.astype(np.float32) / 16.0)[:, None, :, :]  # [batch, 1, 8, 8] in [0, 1]''',
     )

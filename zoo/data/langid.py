@@ -105,4 +105,12 @@ def load() -> Dataset:
             f"WordPiece, uncased (BERT/MiniLM vocab.txt, 30,522 tokens), [CLS] text [SEP], truncated/padded to {MAX_TOKENS}",
             "input: token ids int64 [batch, 64]; padding id 0 doubles as the attention mask",
         ],
+        usage=f'''from tokenizers import BertWordPieceTokenizer
+from zoo.data.langid import vocab_file  # the uncased BERT/MiniLM vocab.txt the model was trained with
+
+texts = ["Der frühe Vogel fängt den Wurm.", "Quien mucho abarca, poco aprieta."]
+tokenizer = BertWordPieceTokenizer(str(vocab_file()), lowercase=True)  # adds [CLS] ... [SEP]
+tokenizer.enable_truncation({MAX_TOKENS})
+tokenizer.enable_padding(length={MAX_TOKENS})  # id 0 pads and doubles as the attention mask
+x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)''',
     )

@@ -38,4 +38,8 @@ def load() -> Dataset:
         license="Apache-2.0 (mnist1d)",
         preprocessing=["generator output used as is (already standardized by make_dataset)",
                        "shape [batch, 1, 40]", "train 3500 / val 500 (last 500 of the standard 4000) / test 1000"],
+        usage='''from mnist1d.data import get_dataset_args, make_dataset
+
+signals = make_dataset(get_dataset_args())["x_test"][:4]  # the generator's standardized 40-point signals
+x = signals.astype(np.float32)[:, None, :]  # [batch, 1, 40]''',
     )
