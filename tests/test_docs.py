@@ -42,6 +42,8 @@ def site(tmp_path_factory):
 
 def test_every_entry_has_a_page_generated_from_its_card(site):
     _, out = site
+    home = (out / "index.html").read_text()
+    assert all(f'href="models/{name}/"' in home for name in catalog.entries())  # the catalog preview on the home page
     for name, entry in catalog.entries().items():
         page = (out / "models" / name / "index.html").read_text()
         fp32 = entry.card.variants["fp32"]

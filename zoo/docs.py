@@ -322,6 +322,19 @@ def ondevice_section(c) -> list[str]:
     return lines + ["```"]
 
 
+def preview(entries: dict) -> str:
+    """The home page's catalog: what each entry is, its fp32 accuracy and the quickest variant, from the cards."""
+    lines = ["| model | task | parameters | fp32 accuracy | fastest at batch 1 (CPU) |", "| --- | --- | --- | --- | --- |"]
+    for name, entry in entries.items():
+        c = entry.card
+        fp32 = c.variants["fp32"]
+        fastest = c.fastest(1) if fp32.speed else None
+        lines.append(f"| [{name}](models/{name}.md) | {c.task} | {c.num_params:,} | "
+                     + (_fmt(c.metric("fp32")) if fp32.built else "not built") + " | "
+                     + (f"{fastest}, {c.variants[fastest].speed.batch_1.vs_fp32:.2f}x fp32" if fastest else "–") + " |")
+    return "\n".join(lines) + "\n"
+
+
 def index_page(entries: dict, validation: dict) -> str:
     shown = columns()
     lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
@@ -383,6 +396,7 @@ def generate() -> list[Path]:
         atomic_write_text(page, model_page(entry, _verdicts(validation, name), img, entries))
         written.append(page)
     atomic_write_text(models / "index.md", index_page(entries, validation))
+    atomic_write_text(models / "_preview.md", preview(entries))  # the home page includes it
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
     atomic_write_text(DOCS / "reference" / "benchmarks.md", benchmarks_page())
     atomic_write_text(DOCS / "reference" / "variants.md", kinds_reference())
