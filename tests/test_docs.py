@@ -44,6 +44,9 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
     _, out = site
     home = (out / "index.html").read_text()
     assert all(f'href="models/{name}/"' in home for name in catalog.entries())  # the catalog preview on the home page
+    bench = (out / "reference" / "benchmarks" / "index.html").read_text()
+    assert "Full report" in bench and "<td>" not in bench.split("Validation report")[-1]  # summary, not 200 rows
+    assert (out / "reference" / "results" / "validation" / "index.html").exists()
     for name, entry in catalog.entries().items():
         page = (out / "models" / name / "index.html").read_text()
         fp32 = entry.card.variants["fp32"]

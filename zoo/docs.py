@@ -398,7 +398,10 @@ def generate() -> list[Path]:
     atomic_write_text(models / "index.md", index_page(entries, validation))
     atomic_write_text(models / "_preview.md", preview(entries))  # the home page includes it
     atomic_write_text(DOCS / "reference" / "recipes.md", recipes_reference())
-    atomic_write_text(DOCS / "reference" / "benchmarks.md", benchmarks_page())
+    summary, reports = benchmarks_page()
+    atomic_write_text(DOCS / "reference" / "benchmarks.md", summary)
+    for name, text in reports.items():
+        atomic_write_text(DOCS / "reference" / "results" / name, text)
     atomic_write_text(DOCS / "reference" / "variants.md", kinds_reference())
     return [*written, models / "index.md", *(DOCS / "reference" / f"{page}.md" for page in ("recipes", "benchmarks", "variants"))]
 
@@ -425,16 +428,34 @@ def kinds_reference() -> str:
 BENCHMARK_PAGES = ["latency.md", "profiles.md", "parallel.md", "training.md", "fetch_throughput.md", "validation.md"]
 
 
-def benchmarks_page() -> str:
-    """The measured reports of benchmarks/ (`make benchmarks` writes them), one section each."""
-    lines = ["# Benchmarks", "", "Measured by the scripts in `benchmarks/` (ratios side by side in one run); "
-             "`make benchmarks` re-measures. Each model's page has its card's latency (measured by `zoo build`).", ""]
+def _summary(report: list[str]) -> list[str]:
+    """A report's first paragraph after its title (its measurement conditions or its headline)."""
+    body = [line for line in report[1:]]
+    while body and not body[0].strip():
+        body.pop(0)
+    end = next((i for i, line in enumerate(body) if not line.strip()), len(body))
+    return body[:end]
+
+
+def benchmarks_page() -> tuple[str, dict[str, str]]:
+    """The Benchmarks page (each report's title, its first paragraph and a link) and the full reports, one page each
+    (`make benchmarks` writes them; each is its own run, apart from the cards' builds)."""
+    lines = ["# Benchmarks", "", "Measured by the scripts in `benchmarks/`, each in its own run on the machine it names "
+             "(not the runs that built the cards: a card's numbers come from its `zoo build`); ratios are side by side "
+             "in one run. `make benchmarks` re-measures. Each model's page has its card's latency.", ""]
+    pages: dict[str, str] = {}
     for name in BENCHMARK_PAGES:
         path = RESULTS / name
-        if path.exists():
-            # Demote the report's own title so the page keeps one h1.
-            lines += [("#" + line if line.startswith("#") else line) for line in path.read_text().splitlines()] + [""]
+        if not path.exists():
+            continue
+        report = path.read_text().splitlines()
+        title = report[0].lstrip("# ").strip()
+        pages[name] = path.read_text()
+        lines += [f"## {title}", "", *_summary(report), "", f"[Full report](results/{name}) · "
+                  f"`benchmarks/results/{name}`", ""]
     gpu = RESULTS / "gpu" / "gpu_check.log"
     if gpu.exists():
-        lines += ["## GPU / NCCL check (`benchmarks/gpu_check.sh`)", "", "```", gpu.read_text().strip(), "```", ""]
-    return "\n".join(lines)
+        pages["gpu_check.md"] = "# GPU / NCCL check\n\n```\n" + gpu.read_text().strip() + "\n```\n"
+        lines += ["## GPU / NCCL check (`benchmarks/gpu_check.sh`)", "", "Run on a lent GPU machine when a session had one.",
+                  "", "[Full log](results/gpu_check.md)", ""]
+    return "\n".join(lines), pages
