@@ -106,14 +106,19 @@ def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
         fig.savefig(out / f"{card.name}-curve.png", dpi=110)
         plt.close(fig)
         images.append(f"![training curve](img/{card.name}-curve.png)")
-    timed = {k: v for k, v in card.variants.items() if v.speed and v.metrics.get(card.primary_metric) is not None}
+    # Variants measured on the card's test set only (a retrained variant's accuracy is on its own recipe's data).
+    timed = {k: v for k, v in card.variants.items() if v.speed and v.metrics.get(card.primary_metric) is not None
+             and kind_of(k, v).reference != "retrained"}
+    tested = card.dataset.splits.get("test")
     if timed:
         fig, ax = plt.subplots(figsize=(6, 3.2))
         for key, v in timed.items():
-            ax.scatter(v.speed.batch_32.median_ms, v.metrics[card.primary_metric], label=key, s=40)
+            metric = v.metrics[card.primary_metric]
+            ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=confidence(metric, tested) if tested else None,
+                        fmt="o", capsize=3, label=key)
         ax.set(xlabel=f"onnxruntime latency, batch 32, {next(iter(timed.values())).speed.threads} thread(s) (ms)",
                ylabel=card.primary_metric,
-               title=f"{card.name}: accuracy vs latency")
+               title=f"{card.name}: accuracy (95% CI) vs latency")
         ax.legend()
         fig.tight_layout()
         fig.savefig(out / f"{card.name}-tradeoff.png", dpi=110)
