@@ -1,8 +1,12 @@
 """zoo: a distributed and quantization-aware training model zoo.
 
-    >>> import zoo
-    >>> zoo.list_models()
-    >>> path = zoo.fetch("bert-mini", variant="int8-qat")
+```python
+import zoo
+
+zoo.list_models()                                   # ['bert-base', 'bert-mini', ...]
+card = zoo.get_card("bert-mini")                    # the model card: data, variants, metrics, speed
+path = zoo.fetch("bert-mini", variant="int8-qat")   # a verified local file (sha256 checked)
+```
 """
 
 from __future__ import annotations

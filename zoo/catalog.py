@@ -73,6 +73,7 @@ def list_models(task: str | None = None) -> list[str]:
 
 
 def get_entry(name: str) -> Entry:
+    """The catalog entry `name` (its folder and parsed card); an unknown name is an error suggesting close ones."""
     catalog = entries()
     if name in catalog:
         return catalog[name]
@@ -82,6 +83,8 @@ def get_entry(name: str) -> Entry:
 
 
 def get_card(name: str) -> ModelCard:
+    """The parsed, schema-checked model card of `name` (zoo.cards.ModelCard): data, preprocessing, variants with
+    their sha256, metrics and measured speed."""
     return get_entry(name).card
 
 

@@ -7,6 +7,7 @@ verdicts come from benchmarks/results/validation.json when that measurement exis
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from pathlib import Path
@@ -58,6 +59,15 @@ def _load_json(path: Path) -> dict:
 
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _text(text: str) -> str:
+    """Card prose as text, not HTML: `<pkg>` in a licence path stays visible."""
+    return html.escape(text, quote=False)
+
+
+def _shape(shape: list) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def _size(n: int | None) -> str:
@@ -161,7 +171,7 @@ def build_estimate(card: ModelCard, others: dict) -> str:
 
 def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None) -> str:
     c = entry.card
-    lines = [f"# {c.name}", "", c.description, "",
+    lines = [f"# {c.name}", "", _text(c.description), "",
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
              f"**Parameters** {c.num_params:,} · **Licence** {c.license}", ""]
     if not any(v.built for v in c.variants.values()):
@@ -235,14 +245,14 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     if c.training.library_versions:
         lines += ["", "Library versions: " + ", ".join(f"{k} {v}" for k, v in c.training.library_versions.items()) + "."]
     d = c.dataset
-    lines += ["", "## Dataset", "", f"**{d.name}**: {d.source}.", "", f"Licence: {d.license}.", "",
+    lines += ["", "## Dataset", "", f"**{d.name}**: {_text(d.source)}.", "", f"Licence: {_text(d.license)}.", "",
               "Splits: " + ", ".join(f"{k} {v:,}" for k, v in d.splits.items()) + "."]
     if d.class_balance:
         lines += ["", "Training examples per class: " + ", ".join(f"{k} {v}" for k, v in d.class_balance.items()) + "."]
-    lines += ["", "## Preprocessing", ""] + [f"{i}. {step}" for i, step in enumerate(c.preprocessing, 1)]
+    lines += ["", "## Preprocessing", ""] + [f"{i}. {_text(step)}" for i, step in enumerate(c.preprocessing, 1)]
     lines += ["", "## Inputs and outputs", "", "| tensor | name | shape | dtype |", "| --- | --- | --- | --- |"]
-    lines += [f"| input | `{t.name}` | {t.shape} | {t.dtype} |" for t in c.inputs]
-    lines += [f"| output | `{t.name}` | {t.shape} | {t.dtype} |" for t in c.outputs]
+    lines += [f"| input | `{t.name}` | {_shape(t.shape)} | {t.dtype} |" for t in c.inputs]
+    lines += [f"| output | `{t.name}` | {_shape(t.shape)} | {t.dtype} |" for t in c.outputs]
     labels = next((t.labels for t in c.outputs if t.labels), None)
     if labels:
         lines += ["", "Labels: " + ", ".join(f"`{label}`" for label in labels) + "."]
