@@ -8,8 +8,12 @@ verdicts come from benchmarks/results/validation.json when that measurement exis
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import math
+import re
+import types
+import typing
 from pathlib import Path
 
 import matplotlib
@@ -373,22 +377,52 @@ def index_page(entries: dict, validation: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _type(annotation) -> str:
+    """A schema type for readers: Literal values spelled out, unions joined with "or"."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type(a) for a in args)
+    if annotation is type(None):
+        return "`null`"
+    if origin is not None:
+        return f"`{str(annotation).replace('typing.', '')}`"
+    return f"`{getattr(annotation, '__name__', str(annotation))}`"
+
+
+def field_comments(model) -> dict[str, str]:
+    """What the schema's source says about each field: its trailing comment, else the comment lines above it."""
+    notes, above = {}, []
+    for line in inspect.getsource(model).splitlines():
+        stripped = line.strip()
+        field = re.match(r"^(\w+)\s*:[^#]*(?:#\s*(.*))?$", stripped)
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+        elif field and not stripped.startswith(("def ", "class ", "return")):
+            notes[field[1]] = field[2] or " ".join(above)
+            above = []
+        else:
+            above = []
+    return notes
+
+
 def recipes_reference() -> str:
     lines = ["# Recipe reference", "", "Generated from the recipe schema (`zoo/recipes.py`). Any field can be overridden "
              "on the command line as `key=value` (dotted for sections, e.g. `optimizer.lr=0.01`).", ""]
 
     def describe(model, prefix: str = "") -> None:
         rows = []
+        notes = field_comments(model)
         for name, field in model.model_fields.items():
-            annotation = getattr(field.annotation, "__name__", None)
             if isinstance(field.annotation, type) and hasattr(field.annotation, "model_fields"):
                 describe(field.annotation, f"{prefix}{name}.")
                 continue
             default = "required" if field.is_required() else json.dumps(field.get_default(call_default_factory=True), default=str)
-            kind = str(field.annotation).replace("typing.", "") if annotation is None else annotation
-            rows.append(f"| `{prefix}{name}` | `{kind}` | `{default}` |")
+            rows.append(f"| `{prefix}{name}` | {_type(field.annotation)} | `{default}` | {_text(notes.get(name, ''))} |")
         if rows:
-            lines.extend([f"## `{prefix.rstrip('.') or 'recipe'}`", "", "| field | type | default |", "| --- | --- | --- |", *rows, ""])
+            lines.extend([f"## `{prefix.rstrip('.') or 'recipe'}`", "", "| field | type (allowed values) | default | meaning |",
+                          "| --- | --- | --- | --- |", *rows, ""])
 
     describe(Recipe)
     recipes = sorted((REPO_ROOT / "recipes").glob("*.yaml"))

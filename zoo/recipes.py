@@ -27,22 +27,22 @@ class Strict(BaseModel):
 
 
 class Optimizer(Strict):
-    name: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    name: Literal["adamw", "sgd"] = "adamw"  # torch.optim.AdamW or SGD with momentum
+    lr: float = Field(1e-3, gt=0)  # peak learning rate (after warm-up)
+    weight_decay: float = Field(0.0, ge=0)  # decoupled (AdamW) or L2 (SGD)
     momentum: float = Field(0.9, ge=0)  # sgd only
 
 
 class Schedule(Strict):
-    name: Literal["constant", "cosine"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
+    name: Literal["constant", "cosine"] = "cosine"  # learning-rate schedule after warm-up
+    warmup_steps: int = Field(0, ge=0)  # linear warm-up from 0 to lr
 
 
 class Quantization(Strict):
-    scheme: Literal["none", "qat-int8"] = "none"
+    scheme: Literal["none", "qat-int8"] = "none"  # qat-int8: fp32, then fake-quantized fine-tuning, int8 export
     # QAT fine-tunes the trained fp32 model with fake quantization for this many optimizer steps.
     qat_steps: int = Field(100, ge=1)
-    qat_lr: float = Field(1e-4, gt=0)
+    qat_lr: float = Field(1e-4, gt=0)  # learning rate of the QAT fine-tuning
     max_accuracy_drop: float = Field(0.005, ge=0)  # int8 vs fp32 bound (absolute, 0.005 = 0.5 points)
     calibration_batches: int = Field(8, ge=1)  # for the PTQ baseline
     # Op types the PTQ baseline quantizes; None = onnxruntime's default set. Transformers list only the
@@ -63,7 +63,7 @@ class Parallelism(Strict):
     micro_batch_size: int | None = Field(None, ge=1)  # per replica; gradient accumulation makes up the rest
     tensor_parallel_size: int = Field(2, ge=1)  # dp-tp: ranks per tensor-parallel group (tp: all ranks)
     pipeline_stages: int = Field(2, ge=2)  # pp-dp and ds-pp: stages per pipeline (pp: one stage per rank)
-    pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"  # torch.distributed.pipelining schedule
     # Merged over the DeepSpeed config generated from the recipe (e.g. {zero_optimization: {reduce_bucket_size: 5e6}}).
     deepspeed: dict = Field(default_factory=dict)
 
@@ -71,8 +71,8 @@ class Parallelism(Strict):
 class Export(Strict):
     # The variant kinds the training run makes and measures (zoo.variants: those with in_recipe); [] trains only: no
     # evaluation and no export (benchmark runs).
-    variants: list[str] = ["fp32"]
-    opsets: list[int] = [17]
+    variants: list[str] = ["fp32"]  # variant kinds the run exports and measures (zoo.variants)
+    opsets: list[int] = [17]  # ONNX opsets of the fp32 export; the first is the primary
     # Parameter-name globs on-device training may change, recorded in the fp32 file (zoo.trainable); None: all.
     # `zoo build` sets it from the card's `trainable` (the card is where an entry's split lives).
     trainable: list[str] | None = None
@@ -93,16 +93,16 @@ class Checkpoint(Strict):
 
 
 class Tracking(Strict):
-    enabled: bool = True
-    experiment: str = "zoo"
+    enabled: bool = True  # log params, metrics, files and the summary to MLflow (rank 0)
+    experiment: str = "zoo"  # MLflow experiment name
     uri: str | None = None  # default: sqlite database under $ZOO_HOME
 
 
 class Federated(Strict):
     """launchers/federated.py: FedAvg over clients that train the zoo's fp32 ONNX with onnxruntime-training."""
 
-    clients: int = Field(3, ge=1)
-    rounds: int = Field(5, ge=1)
+    clients: int = Field(3, ge=1)  # Flower clients in the fleet
+    rounds: int = Field(5, ge=1)  # federated rounds
     local_steps: int = Field(20, ge=1)  # optimizer steps per client per round
     local_batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-3, gt=0)
@@ -122,13 +122,13 @@ class Recipe(Strict):
     dataset: str | None = None  # default: the model's own dataset
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()
-    epochs: float | None = Field(None, gt=0)
-    steps: int | None = Field(None, ge=1)
-    global_batch_size: int = Field(64, ge=1)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    epochs: float | None = Field(None, gt=0)  # training length in passes over the training split (or steps)
+    steps: int | None = Field(None, ge=1)  # training length in optimizer steps (or epochs)
+    global_batch_size: int = Field(64, ge=1)  # examples per optimizer step over all ranks (kept whatever the layout)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # training compute precision (autocast / FSDP policy)
     quantization: Quantization = Quantization()
     parallelism: Parallelism = Parallelism()
-    backend: Literal["auto", "gloo", "nccl", "ccl"] = "auto"
+    backend: Literal["auto", "gloo", "nccl", "ccl"] = "auto"  # auto: NCCL with GPUs, else gloo; ccl needs oneCCL
     export: Export = Export()
     seed: int = 0
     checkpoint: Checkpoint = Checkpoint()
