@@ -53,16 +53,47 @@ def test_bert_layout_matches_hugging_face():
     assert {k: v.shape for k, v in ours.state_dict().items()} == theirs
 
 
-def _tiny_upstream_checkpoint(folder, seed=0):
+def _tiny_upstream_checkpoint(folder, seed=0, **config):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
-    config = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
-    BertModel(config).save_pretrained(str(folder), safe_serialization=True)
+    config = config or dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128)
+    BertModel(BertConfig(**config)).save_pretrained(str(folder), safe_serialization=True)
+
+
+def _in_hub_cache(cache, repo_id: str, **config) -> None:
+    """A checkpoint saved by transformers where the Hugging Face hub cache keeps downloads (refs/main -> snapshot)."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    commit = "0" * 40
+    _tiny_upstream_checkpoint(repo / "snapshots" / commit, **config)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_hf_sources_resolve_from_the_local_hub_cache_offline(tmp_path, monkeypatch):
+    """`zoo import bert-base --from hf:bert-base-uncased` reads a bert-base checkpoint from the hub cache, offline."""
+    from huggingface_hub import constants
+
+    from zoo.importer import read_checkpoint, resolve_source
+    from zoo.models.bert import SIZES, BertConfig
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _in_hub_cache(tmp_path / "hub", "bert-base-uncased", num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                  intermediate_size=3072)  # bert-base-shaped, as transformers saves it
+    folder = resolve_source("hf:bert-base-uncased")
+    config, state = read_checkpoint(folder)
+    assert BertConfig.from_hf(config) == SIZES["bert-base"] and len(state) > 190
+    missing = zoo_cli("import", "bert-base", "--from", "hf:nobody/nothing",
+                      env={"HF_HUB_CACHE": str(tmp_path / "hub"), "ZOO_HOME": str(tmp_path / "h")})
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+        f"error: hf:nobody/nothing is not in the local Hugging Face cache ({tmp_path / 'hub'}): download it where "
+        "there is internet (`huggingface-cli download nobody/nothing`) and copy the cache, or pass the checkpoint "
+        "folder (LocalEntryNotFoundError)"]
 
 
 def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
-    _tiny_upstream_checkpoint(tmp_path / "upstream")
+    _in_hub_cache(tmp_path / "hub", "zoo-test/tiny-bert")  # imported by hf:<repo id>, as from the hub cache
     recipe = yaml.safe_load((REPO / "recipes" / "minilm-l6.yaml").read_text())
     recipe.update(name="tiny-import", steps=8, model_args={"num_hidden_layers": 2, "hidden_size": 64,
                   "num_attention_heads": 2, "intermediate_size": 128, "pooling": "mean"}, tracking={"enabled": False})
@@ -76,12 +107,12 @@ def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
         "name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
         "description": "imported in a test", "license": "Apache-2.0",
         "training": {"recipe": str(tmp_path / "tiny-import.yaml"), "imported_from": "a random tiny BertModel"}}))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home")}
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "hub")}
 
     refused = zoo_cli("build", "tiny-import", *build_flags(), env=env)
     assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr
 
-    result = zoo_cli("import", "tiny-import", "--from", str(tmp_path / "upstream"), *build_flags(), env=env, timeout=900)
+    result = zoo_cli("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", *build_flags(), env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     card = load_card(entries / "tiny-import" / "card.yaml")
     for variant in card.variants.values():

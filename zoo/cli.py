@@ -333,7 +333,9 @@ def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Variant(s
 
 
 @app.command("import")
-def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Checkpoint folder: config.json + model.safetensors."),
+def import_cmd(name: str, source: str = typer.Option(..., "--from", help="Checkpoint folder (config.json + "
+                                                    "model.safetensors), or hf:<repo id> from the local Hugging Face "
+                                                    "cache (offline), e.g. hf:bert-base-uncased."),
                nproc: int = typer.Option(2, help="Fine-tuning processes."),
                threads: int = typer.Option(1, help="Threads per process."),
                allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted "
@@ -341,7 +343,10 @@ def import_cmd(name: str, source: Path = typer.Option(..., "--from", help="Check
     """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
     from zoo.build import import_entry  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
-    path = import_entry(name, source, nproc, threads, log=lambda m: err.print(m, markup=False), allow_dirty=allow_dirty)
+    from zoo.importer import resolve_source  # lazy: with the build
+
+    path = import_entry(name, resolve_source(source), nproc, threads, log=lambda m: err.print(m, markup=False),
+                        allow_dirty=allow_dirty)
     out.print(f"imported {name}: {path}")
 
 

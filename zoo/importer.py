@@ -19,6 +19,8 @@ import importlib
 
 import numpy as np
 import torch
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors.torch import load_file
 from transformers import BertModel as UpstreamBert
 
@@ -89,9 +91,14 @@ def check_parity(folder: Path, model: torch.nn.Module) -> dict:
 
 
 def resolve_source(spec: str) -> Path:
-    """The checkpoint folder named by a card's training.import_source."""
+    """The checkpoint folder a spec names: `hf:<repo id>` (a model in the local Hugging Face hub cache, read offline),
+    `python-package:<module>/<folder>` (an installed package's folder, as cards record it), else a folder path."""
     kind, _, where = spec.partition(":")
-    if kind != "python-package" or "/" not in where:
+    if kind == "hf":
+        return _hub_snapshot(where)
+    if kind != "python-package":
+        return Path(spec)
+    if "/" not in where:
         raise ZooError(f"import_source {spec!r}: expected python-package:<module>/<folder>")
     module, folder = where.split("/", 1)
 
@@ -100,3 +107,15 @@ def resolve_source(spec: str) -> Path:
     except ImportError:
         raise ZooError(f"import_source {spec!r}: the package providing '{module}' is not installed (make setup installs it)") from None
     return Path(package.__file__).parent / folder
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The newest snapshot of `repo_id` in the local Hugging Face hub cache ($HF_HUB_CACHE / $HF_HOME), no network."""
+    if not repo_id:
+        raise ZooError("--from hf:<repo id>: name a model, e.g. hf:bert-base-uncased")
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError) as exc:
+        raise ZooError(f"hf:{repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}): download it "
+                       f"where there is internet (`huggingface-cli download {repo_id}`) and copy the cache, or pass the "
+                       f"checkpoint folder ({type(exc).__name__})") from None
