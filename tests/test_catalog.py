@@ -172,3 +172,8 @@ def test_cli_reads_as_a_user_expects():
     info = zoo_cli("info", "bert-tiny", check=True).stdout
     assert info.startswith("bert-tiny: language-identification") and "zoo info bert-tiny --json" in info
     assert json.loads(zoo_cli("info", "bert-tiny", "--json", check=True).stdout)["name"] == "bert-tiny"
+
+
+def test_help_lists_flags_without_type_noise():
+    shown = zoo_cli("fetch", "--help", check=True).stdout
+    assert "--fastest" in shown and "--json" in shown and "<bool>" not in shown

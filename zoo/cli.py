@@ -25,7 +25,8 @@ from zoo.store.publish import store_size
 from zoo.store.serve import serve as run_server
 from zoo.variants import KINDS, kind_of
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="zoo: a model zoo whose every number is measured.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,  # plain help: no <bool> on flags
+                  help="zoo: a model zoo whose every number is measured.")
 
 
 def _version(value: bool) -> None:
