@@ -69,9 +69,16 @@ def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--no-first-run"])
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{url}/models/", wait_until="networkidle")
         assert "Models" in page.title()
+        # Readable at 1280 px: no table scrolls sideways; sizes sort by bytes, not by their printed number.
+        overflow = "[...document.querySelectorAll('.md-typeset__scrollwrap')].some(w => w.scrollWidth > w.clientWidth)"
+        assert not page.evaluate(overflow)
+        page.locator("th", has_text="size (fp32)").click()
+        sizes = page.evaluate("[...document.querySelectorAll('article tbody tr')].map(r => "
+                              "r.querySelector('[data-sort]')).filter(Boolean).map(s => Number(s.dataset.sort))")
+        assert sizes == sorted(sizes) and len(sizes) >= 2
         page.locator("label.md-search__icon, .md-search__input").first.click()
         search = page.locator("input.md-search__input")
         search.press_sequentially(name, delay=50)
@@ -80,6 +87,7 @@ def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
         result.click()
         page.wait_for_load_state("networkidle")
         assert page.locator("h1").first.inner_text() == name
+        assert not page.evaluate(overflow)
         shown = page.locator('span.metric[data-variant="fp32"]').first.inner_text()
         assert shown == f"{card.metric('fp32'):.4f}"
         page.screenshot(path=str(tmp_path / "card.png"), full_page=True)

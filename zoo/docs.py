@@ -175,7 +175,7 @@ def build_estimate(card: ModelCard, others: dict) -> str:
 
 def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None) -> str:
     c = entry.card
-    lines = [f"# {c.name}", "", _text(c.description), "",
+    lines = ["---", "hide: [toc]", "---", "", f"# {c.name}", "", _text(c.description), "",
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
              f"**Parameters** {c.num_params:,} · **Licence** {c.license}", ""]
     if not any(v.built for v in c.variants.values()):
@@ -356,7 +356,7 @@ def preview(entries: dict) -> str:
 
 def index_page(entries: dict, validation: dict) -> str:
     shown = columns()
-    lines = ["# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
+    lines = ["---", "hide: [toc]", "---", "", "# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
              f"| model | task | params | {' | '.join(f'{k} accuracy' for k in shown)} | size (fp32) | "
              "fp32 latency b32 (ms) | fastest at batch 1 | opsets |",

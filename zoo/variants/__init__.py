@@ -54,7 +54,7 @@ class Kind:
     label_agreement: float = 0.9  # reference "labels"
     in_recipe: bool = False  # a recipe's export.variants may list it: the training run makes and measures it
     fixed_opset: int | None = None  # the opset its exporter always writes (None: the recipe's primary opset)
-    docs_column: bool = False  # a column of the models index
+    docs_column: bool = False  # an accuracy column of the models index (the others are on each model's page)
     # Why a file of this kind can run slower than fp32 on a CPU (cards, `zoo card` and the docs say it where measured).
     slower_because: str = "it runs the fp32 file's operators on the same weights; the difference is measurement noise"
 
@@ -94,7 +94,7 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
     Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
          "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
-         tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, docs_column=True,
+         tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True,
          slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
                         "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
                         "conversions and the per-operator overhead cost more than the integer products save",
@@ -115,7 +115,7 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
                    "computed per batch, " + EMBEDDING_SCHEME}),
     Kind("fp16", "model.fp16.onnx", "fp16", "none", "from-fp32",
          "fp16 weights and compute, fp32 inputs and outputs (onnxruntime's float16 converter)",
-         tolerance=0.002, reference="outputs", atol=2e-2, tool="float16", in_recipe=True, docs_column=True,
+         tolerance=0.002, reference="outputs", atol=2e-2, tool="float16", in_recipe=True,
          slower_because="x86 CPUs without AVX512-FP16 have no fp16 arithmetic: onnxruntime's CPU kernels for most "
                         "operators are fp32 only, so the file runs with Casts converting around them; fp16 halves the "
                         "download and pays off on GPUs",
