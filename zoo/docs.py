@@ -371,6 +371,13 @@ def index_page(entries: dict, validation: dict) -> str:
                      f"{_size(fp32.size)} | {_fmt(fp32.speed.batch_32.median_ms if fp32.speed else None, 3)} | "
                      + (f"{fastest} ({c.variants[fastest].speed.batch_1.vs_fp32:.2f}x)" if fastest else "–")
                      + f" | {', '.join(map(str, opsets))} |")
+    timed = [e.card for e in entries.values() if e.card.variants["fp32"].speed]
+    if timed:
+        cpus = sorted({c.training.cpu.model for c in timed if c.training.cpu})
+        threads = sorted({c.variants["fp32"].speed.threads for c in timed})
+        lines += ["", f"Accuracy: each card's test split. Latency and speed: onnxruntime in each card's `zoo build`, "
+                      f"{'/'.join(map(str, threads))} thread(s), median of 30 runs, on {', '.join(cpus) or 'the build CPU'} "
+                      "(ISA flags on each model's page)."]
     if validation:
         lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "
                       f"({len(validation.get('rows', []))} checks, {validation.get('seconds', 0):.0f} s)."]
