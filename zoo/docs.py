@@ -46,11 +46,12 @@ LAUNCHERS = [
 ]
 
 
-def launcher_commands(architecture: str, recipe: str) -> list[str]:
-    """The training command of every launcher that supports this architecture."""
+def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
+    """The training command of every launcher that supports this architecture, with `processes` ranks."""
     with torch.device("meta"):  # capabilities only: no weights are allocated
         model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
-    return [f"{command} --recipe {recipe} --model {architecture}{extra}   # {name}"
+    return [f"{command.replace(' 2 ', f' {processes} ').replace('localhost:2', f'localhost:{processes}')} "
+            f"--recipe {recipe} --model {architecture}{extra}   # {name}"
             for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
 def columns() -> list[str]:
     """The models index shows one accuracy column per kind that asks for one."""
@@ -237,7 +238,8 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         lines.append(f"{c.training.command}   # the card's planned run")
     if c.training.imported_from:
         lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
-    lines += launcher_commands(c.architecture, c.training.recipe)
+    planned = re.search(r"--nproc_per_node[= ](\d+)", c.training.command)  # the card's own process count
+    lines += launcher_commands(c.architecture, c.training.recipe, int(planned[1]) if planned else 2)
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
               + (f", seed {c.training.seed}" if c.training.seed is not None else "")
