@@ -105,6 +105,7 @@ def test_an_unbuilt_entry_says_so_and_offers_no_fetch(site, tmp_path):
     page = (out / "models" / "bert-base" / "index.html").read_text()
     assert "Not built yet" in page and "zoo build bert-base" in page and "PFLOP" in page
     assert "zoo fetch bert-base" not in page and "None thread" not in page
+    assert "zoo export bert-base --variant" not in page  # nothing to remake before fp32 exists
     rows = validate_entry(catalog.get_entry("bert-base"), tmp_path)
     assert [(r.check, r.verdict) for r in rows] == [("built", "skip")]
     rows_json = {"rows": [{"entry": r.entry, "variant": r.variant, "check": r.check, "ok": r.ok, "skipped": r.skipped}

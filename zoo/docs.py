@@ -336,6 +336,9 @@ def ondevice_section(c) -> list[str]:
                                                          f"{_fmt(m.get(c.primary_metric))} after {m.get('rounds', 0):.0f} "
                                                          f"rounds, {_fmt(m.get('central_accuracy'))} trained centrally on "
                                                          "the same data" if "initial_accuracy" in m else "") + "."]
+    if not c.variants["fp32"].built:  # nothing to fine-tune or remake until the fp32 file exists
+        return lines + ["", f"Once `zoo build {c.name}` has made the fp32 file, `zoo finetune {c.name} --onnx` trains "
+                            "it on a device and `zoo export` remakes these variants from it."]
     image = len(c.inputs[0].shape) == 4  # the built-in shifts (rot90, flip, invert) are for images
     lines += ["", "```bash", f"zoo finetune {c.name} --onnx " + ("--shift rot90   # or --data your.npz" if image else
                                                                   "--data your.npz   # x_train, y_train, x_test, y_test")]
