@@ -21,15 +21,13 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import onnx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
-from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, op_profile, session, timings  # noqa: E402
+from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, kernel_counts, op_profile, timings  # noqa: E402
 from zoo.export import optimize_transformer  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
@@ -40,14 +38,6 @@ GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at b
 MAX_DROP = 0.005  # ... losing at most half a point of accuracy
 QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 FUSED = "fp32-fused"
-
-
-def kernel_graph(path: Path) -> Counter:
-    """Node types of the graph onnxruntime runs, after its fusions."""
-    with tempfile.TemporaryDirectory() as tmp:
-        optimized = Path(tmp) / "optimized.onnx"
-        session(path, optimized_to=optimized)
-        return Counter(node.op_type for node in onnx.load(str(optimized)).graph.node)
 
 
 def files(name: str, tmp: Path) -> dict[str, Path]:
@@ -105,7 +95,7 @@ def main() -> None:
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
                          for k, m in per.items()} for t, per in measured.items()}}
             if card.family == "bert":
-                profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_graph(p)}
+                profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p)}
                                              for k, p in paths.items()}
             print(f"measured {name}", file=sys.stderr)
     out = ROOT / "benchmarks" / "results"

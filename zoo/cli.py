@@ -15,7 +15,7 @@ from rich.table import Column, Table
 from zoo import catalog
 from zoo.config import lfs_remote_urls
 from zoo.errors import ZooError
-from zoo.fsutil import atomic_write_text
+from zoo.fsutil import atomic_write_text, human_size
 from zoo.reproduce import reproduce as run_reproduce
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import read_pointer
@@ -49,12 +49,7 @@ err = Console(stderr=True)
 
 
 def _human(size: int | None) -> str:
-    if size is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
+    return "-" if size is None else human_size(size)
 
 
 def _metric(value: float | None) -> str:

@@ -25,7 +25,7 @@ from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.config import REPO_ROOT
 from zoo.data import load_dataset
-from zoo.fsutil import atomic_write_text
+from zoo.fsutil import atomic_write_text, human_size
 from zoo.models import build_model
 from zoo.recipes import Recipe, load_recipe
 from zoo.variants import KINDS, kind_of
@@ -35,23 +35,28 @@ matplotlib.use("Agg")  # files only, never a window
 DOCS = REPO_ROOT / "docs"
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 # Each launcher's command, and the model capability it needs (None: every model).
-LAUNCHERS = [
-    ("ddp", "torchrun --nproc_per_node 2 launchers/ddp.py", "", None),
-    ("fsdp", "torchrun --nproc_per_node 2 launchers/fsdp.py", "", None),
-    ("deepspeed ZeRO-3", "deepspeed --num_gpus 2 launchers/deepspeed.py", " parallelism.strategy=zero3", None),
-    ("horovod", "horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py", "", None),
-    ("tensor parallel", "torchrun --nproc_per_node 2 launchers/tensor_parallel.py", " parallelism.strategy=tp",
+LAUNCHERS = [  # {n}: the number of processes
+    ("ddp", "torchrun --nproc_per_node {n} launchers/ddp.py", "", None),
+    ("fsdp", "torchrun --nproc_per_node {n} launchers/fsdp.py", "", None),
+    ("deepspeed ZeRO-3", "deepspeed --num_gpus {n} launchers/deepspeed.py", " parallelism.strategy=zero3", None),
+    ("horovod", "horovodrun -np {n} -H localhost:{n} --gloo python launchers/horovod.py", "", None),
+    ("tensor parallel", "torchrun --nproc_per_node {n} launchers/tensor_parallel.py", " parallelism.strategy=tp",
      "tensor_parallel_plan"),
-    ("pipeline", "torchrun --nproc_per_node 2 launchers/pipeline.py", " parallelism.strategy=pp", "pipeline_blocks"),
+    ("pipeline", "torchrun --nproc_per_node {n} launchers/pipeline.py", " parallelism.strategy=pp", "pipeline_blocks"),
 ]
+
+
+def planned_processes(command: str) -> int:
+    """The process count of a card's training command (torchrun --nproc_per_node), 1 when it names none."""
+    found = re.search(r"--nproc_per_node[= ](\d+)", command)
+    return int(found[1]) if found else 1
 
 
 def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
     """The training command of every launcher that supports this architecture, with `processes` ranks."""
     with torch.device("meta"):  # capabilities only: no weights are allocated
         model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
-    return [f"{command.replace(' 2 ', f' {processes} ').replace('localhost:2', f'localhost:{processes}')} "
-            f"--recipe {recipe} --model {architecture}{extra}   # {name}"
+    return [f"{command.format(n=processes)} --recipe {recipe} --model {architecture}{extra}   # {name}"
             for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
 def columns() -> list[str]:
     """The models index shows one accuracy column per kind that asks for one."""
@@ -77,10 +82,7 @@ def _shape(shape: list) -> str:
 
 def _size(n: int | None) -> str:
     """A size for tables: read in KiB/MiB, sorted by bytes (docs/js/sortable.js reads data-sort)."""
-    if n is None:
-        return "–"
-    shown = f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
-    return f'<span data-sort="{n}">{shown}</span>'
+    return "–" if n is None else f'<span data-sort="{n}">{human_size(n)}</span>'
 
 
 def confidence(accuracy: float, n: int) -> float:
@@ -169,8 +171,7 @@ def build_estimate(card: ModelCard, others: dict) -> str:
     cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
     return (f"training compute about {flops / 1e15:.2f} PFLOP (6 x parameters x tokens), {flops / ref_flops:.0f}x "
             f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
-            f"{ref.training.command.split('nproc_per_node=')[-1].split()[0] if 'nproc_per_node=' in ref.training.command else '?'} "
-            f"process(es) x {ref.training.threads} thread(s): about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} "
+            f"{planned_processes(ref.training.command)} process(es) x {ref.training.threads} thread(s): about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} "
             "hours on that CPU, scaled by compute (GPUs are many times faster)")
 
 
@@ -238,8 +239,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         lines.append(f"{c.training.command}   # the card's planned run")
     if c.training.imported_from:
         lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
-    planned = re.search(r"--nproc_per_node[= ](\d+)", c.training.command)  # the card's own process count
-    lines += launcher_commands(c.architecture, c.training.recipe, int(planned[1]) if planned else 2)
+    lines += launcher_commands(c.architecture, c.training.recipe, max(2, planned_processes(c.training.command)))
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
               + (f", seed {c.training.seed}" if c.training.seed is not None else "")

@@ -41,12 +41,17 @@ def accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
     return label_accuracy(predict(path, x), y)
 
 
-def kernel_types(path: Path) -> set[str]:
-    """Node types of the graph ORT actually runs (after its QDQ fusions)."""
+def kernel_counts(path: Path) -> Counter:
+    """Node types (and how many of each) of the graph ORT actually runs, after its fusions."""
     with tempfile.TemporaryDirectory() as tmp:
         optimized = Path(tmp) / "optimized.onnx"
         session(path, optimized_to=optimized)
-        return {node.op_type for node in onnx.load(str(optimized)).graph.node}
+        return Counter(node.op_type for node in onnx.load(str(optimized)).graph.node)
+
+
+def kernel_types(path: Path) -> set[str]:
+    """Node types of the graph ORT actually runs (after its QDQ fusions)."""
+    return set(kernel_counts(path))
 
 
 INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul",

@@ -35,6 +35,8 @@ from zoo.variants import KINDS, onnx_kinds
 
 # The dynamo exporter warns about every torchvision op it cannot register; torchvision is not a dependency.
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+# onnxruntime's transformer optimizer logs every fusion it tries at WARNING.
+logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
 
 METADATA_KEYS = {
     "zoo.model": "catalog / architecture name",
@@ -380,7 +382,6 @@ def optimize_transformer(fp32_path: Path, path: Path) -> dict[str, int]:
     Attention op per self-attention block (q/k/v projections, mask, softmax), SkipLayerNormalization, BiasGelu.
     Heads and width are read from the graph's reshapes. Returns the fusions made (none means the export's pattern
     no longer matches what onnxruntime knows: the caller refuses)."""
-    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     optimized = optimize_model(str(fp32_path), model_type="bert", num_heads=0, hidden_size=0, opt_level=1)
     optimized.save_model_to_file(str(path))
     return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}

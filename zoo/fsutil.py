@@ -69,3 +69,13 @@ def atomic_write_bytes(target: Path, data: bytes) -> None:
 
 def atomic_write_text(target: Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
+
+
+def human_size(size: int) -> str:
+    """Bytes as people read them, in binary units (KiB, MiB, GiB)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

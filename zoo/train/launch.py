@@ -16,6 +16,7 @@ from torch.distributed import run as elastic
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from rich.table import Table
 
+from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
@@ -93,21 +94,19 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
 
     The launcher is the one implementing the recipe's parallelism unless `launcher` is given. A failed worker
     is one line (its own error is printed above by rank 0), not torchrun's ChildFailedError report."""
-    args = parse_args(launcher_argv)
-    if launcher is None:
-        recipe = load_recipe(args.recipe, list(args.overrides), model=args.model, backend=args.backend)
-        launcher = launcher_of(recipe.parallelism.strategy)
-    if launcher not in LAUNCHERS:
+    if launcher is not None and launcher not in LAUNCHERS:
         raise ZooError(f"unknown launcher '{launcher}'; choose one of: {', '.join(LAUNCHERS)}")
+    # A bad recipe, model or backend: refused here, before any worker starts.
+    recipe, _ = prepare(launcher or "ddp", parse_args(launcher_argv))
+    launcher = launcher or launcher_of(recipe.parallelism.strategy)
     if launcher == "horovod":
         raise ZooError("Horovod jobs start with horovodrun, not torchrun: "
                        f"horovodrun -np {nproc_per_node * nnodes} python launchers/horovod.py {shlex.join(launcher_argv)}")
-    prepare(launcher, args)  # a bad recipe, model or backend: refused before any worker starts
     if nnodes > 1 and not rdzv_endpoint:
         raise ZooError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
     rendezvous = (["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", rdzv_endpoint] if rdzv_endpoint else ["--standalone"])
-    script = Path(__file__).resolve().parents[2] / "launchers" / f"{launcher}.py"
+    script = REPO_ROOT / "launchers" / f"{launcher}.py"
     options = elastic.parse_args([*rendezvous, "--nproc-per-node", str(nproc_per_node), "--max-restarts",
                                   str(max_restarts), str(script), *launcher_argv])
     for name in ("torch.distributed.run", "torch.distributed.elastic"):  # its banner and failure report
