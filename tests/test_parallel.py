@@ -237,3 +237,53 @@ def test_horovod_resumes_after_a_killed_rank(tmp_path):
     resumed = run(horovod("crashed", "--resume"), tmp_path)
     assert "resumed from the checkpoint at step 10" in resumed.stdout + resumed.stderr
     assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
+
+
+QAT = ["--recipe", "qat-int8", "--no-tracking", "steps=30", "quantization.qat_steps=20",
+       "export.variants=[fp32,int8-qat]", "export.opsets=[17]"]
+
+
+def int8_tensors(path: Path) -> dict:
+    import onnx
+    from onnx import numpy_helper
+
+    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+
+
+def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
+    """Observers follow the global batch (zoo.train.qat.ObservedRanges): same quantization parameters and the same
+    test-set predictions from 1 process, 2 DDP processes (also with micro-batches), Horovod and a DeepSpeed fp32 phase."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from zoo.data import load_dataset
+
+    outs = {"1 process": tmp_path / "one"}
+    run(single(outs["1 process"], *QAT), tmp_path)
+    for name, strategy, extra in [("ddp", "ddp", []), ("ddp micro-batches", "ddp", ["parallelism.micro_batch_size=16"]),
+                                  ("zero2", "zero2", [])]:
+        outs[name] = tmp_path / name.replace(" ", "-")
+        launcher = "deepspeed.py" if strategy == "zero2" else "ddp.py"
+        run(torchrun(launcher, 2, outs[name], *QAT, f"parallelism.strategy={strategy}", *extra), tmp_path)
+    outs["horovod"] = tmp_path / "horovod"
+    run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+         str(REPO / "launchers" / "horovod.py"), "--output-dir", str(outs["horovod"]), *QAT], tmp_path)
+
+    test = load_dataset("digits").test
+    predictions = {}
+    for name, out in outs.items():
+        session = ort.InferenceSession(str(out / "model.int8-qat.onnx"), providers=["CPUExecutionProvider"])
+        predictions[name] = session.run(None, {session.get_inputs()[0].name: test.x.numpy()})[0].argmax(-1)
+        assert summary(out)["phases"]["qat"]["ranks_consistent"] is True, name
+    reference = int8_tensors(outs["1 process"] / "model.int8-qat.onnx")
+    for name, out in outs.items():
+        got = int8_tensors(out / "model.int8-qat.onnx")
+        assert set(got) == set(reference), name
+        for key, want in reference.items():
+            if want.dtype.kind == "f":  # scales, float biases
+                assert np.abs(got[key] - want).max() <= 1e-5 * (np.abs(want).max() + 1e-12), (name, key)
+            elif want.dtype == np.int32:  # biases quantized with scale_in * scale_w: equal scales, equal up to rounding
+                assert np.abs(got[key].astype(np.int64) - want).max() <= 2, (name, key)
+            else:  # int8 weights and zero points: a weight on a rounding boundary may land one step away
+                assert np.abs(got[key].astype(np.int64) - want).max() <= 1, (name, key)
+        assert (predictions[name] == predictions["1 process"]).all(), name

@@ -52,6 +52,18 @@ class DistContext:
             return device_tensor.cpu()
         return tensor
 
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Element-wise maximum over all ranks (CPU tensor in, same out)."""
+        if self.backend == "horovod":
+            import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
+
+            return hvd.allreduce(tensor, op=hvd.Max)
+        if self.distributed:
+            device_tensor = tensor.to(self.device)
+            dist.all_reduce(device_tensor, op=dist.ReduceOp.MAX)
+            return device_tensor.cpu()
+        return tensor
+
 
 def resolve_backend(choice: str) -> str:
     if choice == "auto":

@@ -14,6 +14,7 @@ import math
 import os
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -99,8 +100,10 @@ def _progress(ctx: DistContext, label: str, total: int):
 
 
 def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe: Recipe, data: Dataset,
-                ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool) -> torch.nn.Module:
-    """Train `model` for `phase.steps` optimizer steps under `strategy`; returns the trained plain module."""
+                ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool,
+                after_step: Callable[[], None] | None = None) -> torch.nn.Module:
+    """Train `model` for `phase.steps` optimizer steps under `strategy`; returns the trained plain module.
+    `after_step` runs on every rank after each optimizer step (QAT: the observers' ranges of the global batch)."""
     if recipe.trainable is not None:
         freeze_except(model, recipe.trainable)
     plan = BatchPlan(len(data.train), recipe.global_batch_size, strategy.dp_rank, strategy.dp_size, recipe.seed,
@@ -130,6 +133,8 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
             batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
             tick = time.perf_counter()
             step_loss = strategy.step(batches, loss_scale)
+            if after_step is not None:
+                after_step()
             phase.step_seconds.append(time.perf_counter() - tick)
             if not strategy.reports_loss:
                 step_loss = torch.zeros((), dtype=torch.float64)
@@ -261,12 +266,17 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
-            from zoo.train.qat import convert_qat, prepare_qat  # lazy: torchao (~3 s), only for recipes that quantize
+            from zoo.train.qat import ObservedRanges, convert_qat, prepare_qat  # lazy: torchao (~3 s), only for recipes that quantize
 
             q = recipe.quantization
             prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
+            ranges = ObservedRanges(prepared, ctx)
+            # First ranges from the same examples on every rank and in every layout (a checkpoint, if resumed, replaces them).
+            ranges.calibrate(prepared, data.train.x[:recipe.global_batch_size].to(ctx.device))
             phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
-            prepared = train_phase(phases[1], prepared, qat_strategy(strategy), recipe, data, ctx, tracker, ckpt_dir, resume)
+            prepared = train_phase(phases[1], prepared, qat_strategy(strategy), recipe, data, ctx, tracker, ckpt_dir,
+                                   resume, after_step=ranges.update)
+            ranges.close()
             converted = convert_qat(prepared)
             if measure:
                 torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
