@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite under $ZOO_HOME)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--profile-memory", action="store_true",
+                        help="count the last two fp32 steps' tensors by category (parameters, gradients, optimizer state, buffers, activations) per rank into summary.json")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     return parser.parse_intermixed_args(argv)  # key=value overrides may come before or after options
@@ -75,7 +77,8 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
                   f"'{strategy}'", file=sys.stderr)
         # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
         resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-        summary = run(recipe, ctx, strategy, output_dir, resume, args.tracking_uri, launcher)
+        summary = run(recipe, ctx, strategy, output_dir, resume, args.tracking_uri, launcher,
+                      profile_memory=args.profile_memory)
         if summary is not None:
             _report(summary, output_dir)
         shutdown(ctx)

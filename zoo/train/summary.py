@@ -52,6 +52,8 @@ class PhaseSummary(Strict):
     losses: list[float]
     step_seconds: list[float]
     peak_rss_mib: list[float]  # per rank, at the end of the phase (before export)
+    # launcher --profile-memory: live tensor MiB by category (zoo.train.memory) in the last two steps, per rank
+    memory_mib: dict[str, list[float]] | None = None
     ranks_consistent: bool | None = None  # every rank ended with the same full weights
 
 

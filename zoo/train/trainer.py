@@ -33,6 +33,7 @@ from zoo.models import build_model, count_params, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
+from zoo.train.memory import MemoryCount, live_storages
 from zoo.train.parallel import Strategy, make_strategy, qat_strategy
 from zoo.train.summary import PhaseSummary, RunSummary, Tracking
 from zoo.train.tracking import Tracker
@@ -47,6 +48,7 @@ class Phase:
     seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
     peak_rss_mib: list[float] = field(default_factory=list)  # per rank, at the end of training (before export)
+    memory: dict[str, list[float]] | None = None  # MiB by category in the last two steps, per rank (zoo.train.memory)
     ranks_consistent: bool | None = None
 
 
@@ -101,9 +103,11 @@ def _progress(ctx: DistContext, label: str, total: int):
 
 def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe: Recipe, data: Dataset,
                 ctx: DistContext, tracker, ckpt_dir: Path | None, resume: bool,
-                after_step: Callable[[], None] | None = None) -> torch.nn.Module:
+                after_step: Callable[[], None] | None = None, before_model: set[int] | None = None) -> torch.nn.Module:
     """Train `model` for `phase.steps` optimizer steps under `strategy`; returns the trained plain module.
-    `after_step` runs on every rank after each optimizer step (QAT: the observers' ranges of the global batch)."""
+    `after_step` runs on every rank after each optimizer step (QAT: the observers' ranges of the global batch).
+    `before_model` (the tensor storages alive before the model existed): count this rank's tensors by category
+    during the last two steps (zoo.train.memory; benchmarks)."""
     if recipe.trainable is not None:
         freeze_except(model, recipe.trainable)
     plan = BatchPlan(len(data.train), recipe.global_batch_size, strategy.dp_rank, strategy.dp_size, recipe.seed,
@@ -120,6 +124,7 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
             print(f"[{phase.name}] resumed from the checkpoint at step {start}", flush=True)
     interval = recipe.checkpoint.interval_steps
     fault = _fault_step(ctx)
+    counter = MemoryCount(strategy, before_model) if before_model is not None else None
     x_all, y_all = data.train.x, data.train.y
     strategy.train()
     begin = time.perf_counter()
@@ -129,12 +134,16 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
         for step in range(start, phase.steps):
             if fault is not None and step == fault:
                 faults.die("train-step", f"rank {ctx.rank} dies before step {step}")
+            if counter is not None and step == max(start, phase.steps - 2):
+                counter.start()
             strategy.set_lr(lr_at(step, phase, recipe.schedule.name))
             batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
             tick = time.perf_counter()
             step_loss = strategy.step(batches, loss_scale)
             if after_step is not None:
                 after_step()
+            if counter is not None:
+                counter.step_done()
             phase.step_seconds.append(time.perf_counter() - tick)
             if not strategy.reports_loss:
                 step_loss = torch.zeros((), dtype=torch.float64)
@@ -149,6 +158,8 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
                     atomic_write_text(ckpt_dir / phase.name / LOSSES_FILE, json.dumps(phase.losses))
                 strategy.save_checkpoint(ckpt_dir, phase.name, step + 1)
     phase.seconds = time.perf_counter() - begin
+    if counter is not None and counter.counts:
+        phase.memory = {category: per_rank(mib, ctx) for category, mib in counter.stop().items()}
     phase.peak_rss_mib = per_rank(peak_rss_mib(), ctx)
     strategy.train(False)
     trained = strategy.full_model(model)
@@ -230,7 +241,8 @@ def steps_for(recipe: Recipe, n_train: int) -> int:
 
 
 def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir: Path | None = None,
-        resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp") -> RunSummary | None:
+        resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp",
+        profile_memory: bool = False) -> RunSummary | None:
     """Train (fp32, then QAT when the recipe asks), export every variant and measure it. Rank 0 returns the summary."""
     torch.manual_seed(recipe.seed)
     np.random.seed(recipe.seed)
@@ -244,6 +256,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         return build_model(recipe.model, num_classes=len(data.labels), **recipe.model_args).to(ctx.device)
 
     baseline_rss = per_rank(peak_rss_mib(), ctx)  # imports and data, before any model exists
+    before_model = live_storages() if profile_memory else None
     model = fresh_model()
     strategy = make_strategy(strategy_name, ctx, recipe, fresh_model)
     if recipe.init_from:
@@ -259,7 +272,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
     started = time.perf_counter()
     try:
         phases = [Phase("fp32", steps_for(recipe, len(data.train)), recipe.optimizer.lr, recipe.schedule.warmup_steps)]
-        model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume)
+        model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume,
+                            before_model=set(before_model) if before_model is not None else None)
         model.eval()
         eval_split = data.split(recipe.eval_split)
         measure = bool(recipe.export.variants)  # `export.variants=[]`: train only (benchmarks)
@@ -299,7 +313,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
                                              first_loss=p.losses[0] if p.losses else None,
                                              final_loss=p.losses[-1] if p.losses else None, losses=p.losses,
                                              step_seconds=[round(t, 4) for t in p.step_seconds],
-                                             peak_rss_mib=p.peak_rss_mib, ranks_consistent=p.ranks_consistent)
+                                             peak_rss_mib=p.peak_rss_mib, memory_mib=p.memory,
+                                             ranks_consistent=p.ranks_consistent)
                         for p in phases},
                 baseline_rss_mib=baseline_rss, torch_accuracy=torch_metrics, variants=variants,
                 wall_seconds=round(time.perf_counter() - started, 3), library_versions=current_versions(),

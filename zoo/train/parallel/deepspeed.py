@@ -24,12 +24,31 @@ from zoo.train.parallel.pipeline import balanced_split, merge_stages
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
 
 
-def deepspeed_config(recipe, stage: int, dp_size: int, micro: int, accumulation: int) -> dict:
+def buffer_sizes(num_params: int, stage: int) -> dict:
+    """Communication buffers sized from the model (in elements), not DeepSpeed's billion-parameter defaults.
+
+    DeepSpeed's defaults (5e8-element reduce and all-gather buckets, 2 GB each in fp32; ZeRO-3 prefetch 5e7 and up to
+    1e9 live gathered parameters) exceed the whole model states of anything below a few billion parameters: on a 54M
+    BERT the 5e8-element gradient bucket alone was 1908 MiB per rank (torch's memory profiler), more than DDP's whole
+    model states. Here one unit is about one transformer layer's parameters (1/16 of the model, at least 65536
+    elements, at most DeepSpeed's default): buckets and prefetch hold one unit, at most two units of gathered
+    parameters stay live, and tensors under 1% of a unit (biases, norms) are kept whole rather than partitioned.
+    The recipe's `parallelism.deepspeed` keys override these."""
+    unit = int(min(5e8, max(2**16, num_params // 16)))
+    sizes = {"reduce_bucket_size": unit, "allgather_bucket_size": unit}
+    if stage == 3:
+        sizes |= {"stage3_prefetch_bucket_size": unit, "stage3_max_live_parameters": 2 * unit,
+                  "stage3_max_reuse_distance": 2 * unit, "stage3_param_persistence_threshold": max(1, unit // 100)}
+    return sizes
+
+
+def deepspeed_config(recipe, stage: int, dp_size: int, micro: int, accumulation: int,
+                     num_params: int | None = None) -> dict:
     config = {
         "train_batch_size": recipe.global_batch_size,
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accumulation,
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": {"stage": stage, **(buffer_sizes(num_params, stage) if num_params else {})},
         "zero_allow_untested_optimizer": True,  # plain torch SGD is fine; DeepSpeed only vouches for Adam(W)
         "gradient_clipping": 0.0,
         "steps_per_print": 10**9,  # the trainer shows progress (rank 0)
@@ -77,8 +96,9 @@ class _DeepSpeedBase(Strategy):
     def _initialize(self, model: torch.nn.Module, lr: float, micro: int, accumulation: int) -> None:
         import deepspeed  # lazy: optional and heavy (DeepSpeed); only its strategies need it
 
-        self.config = deepspeed_config(self.recipe, self.stage, self.dp_size, micro, accumulation)
         params = [p for p in model.parameters() if p.requires_grad]
+        self.config = deepspeed_config(self.recipe, self.stage, self.dp_size, micro, accumulation,
+                                       sum(p.numel() for p in params))
         optimizer = make_optimizer(self.recipe, params, lr)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                  model_parameters=params, config=self.config)

@@ -1,0 +1,118 @@
+"""What a rank's memory holds: live tensor bytes by category, counted, next to the resident set.
+
+The resident set mixes what a layout needs with what the allocator (glibc on CPU) keeps from earlier steps. Here
+tensors are counted instead, once per profiled step, at the moment the optimizer steps — when parameters,
+gradients, optimizer state and communication buffers are all alive:
+
+- parameters: the storage behind the model's parameters on this rank (a DTensor's local shard; a ZeRO-3
+  parameter's partition `ds_tensor`);
+- master_weights: parameters the optimizer steps that are not the model's own (DeepSpeed's fp32 partitions);
+- gradients: the `.grad` of both;
+- optimizer_state: the torch optimizer's state tensors (Adam's moments, step counters);
+- buffers: every other tensor alive in the process that did not exist before the model was built — communication
+  buckets, flat partitions, all-gather and reduce-scatter buffers (found by walking Python's objects, so buffers
+  held only in C++, like DDP's reducer buckets, are not seen);
+- activations: the bytes autograd saved for backward during the step (`saved_tensors_hooks`), distinct storages.
+
+Model states (the ZeRO paper's term) are parameters + master weights + gradients + optimizer state.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+MIB = 2**20
+MODEL_STATES = ("parameters", "master_weights", "gradients", "optimizer_state")
+
+
+def torch_optimizer(optimizer) -> torch.optim.Optimizer | None:
+    """The torch optimizer that actually steps: the strategy's own, or the one a DeepSpeed engine wraps."""
+    for candidate in (optimizer, getattr(optimizer, "optimizer", None)):
+        if isinstance(candidate, torch.optim.Optimizer):
+            return candidate
+    return None
+
+
+def live_storages() -> dict[int, int]:
+    """data_ptr -> bytes of every tensor storage Python can reach."""
+    found: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and not obj.is_meta:
+                local = obj.to_local() if hasattr(obj, "to_local") else obj
+                storage = local.untyped_storage()
+                if storage.nbytes():
+                    found[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, ReferenceError):  # tensors without storage (e.g. sparse, functional wrappers)
+            continue
+    return found
+
+
+def _storages(tensors) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for t in tensors:
+        if t is None:
+            continue
+        local = t.to_local() if hasattr(t, "to_local") else t
+        storage = local.untyped_storage()
+        if storage.nbytes():
+            found[storage.data_ptr()] = storage.nbytes()
+    return found
+
+
+class MemoryCount:
+    """Count one rank's tensors by category during the steps between `start()` and `stop()` (benchmarks)."""
+
+    def __init__(self, strategy, before_model: set[int]):
+        self.strategy, self.before_model = strategy, before_model
+        self.counts: dict[str, int] = {}
+        self.saved: dict[int, int] = {}
+        self.activations = 0
+        self._hooks = []
+
+    def start(self) -> None:
+        optimizer = torch_optimizer(self.strategy.optimizer)
+        if optimizer is not None:
+            self._hooks.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._count(opt)))
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda packed: packed)
+        self._saved_hooks.__enter__()
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = tensor.untyped_storage()
+            self.saved[storage.data_ptr()] = storage.nbytes()
+            self.activations = max(self.activations, sum(self.saved.values()))
+        except RuntimeError:
+            pass
+        return tensor
+
+    def step_done(self) -> None:
+        self.saved.clear()  # what one step saved is freed by its backward
+
+    def _count(self, optimizer: torch.optim.Optimizer) -> None:
+        module = self.strategy.module
+        model_params = [getattr(p, "ds_tensor", None) if getattr(p, "ds_tensor", None) is not None else p
+                        for p in module.parameters()]
+        params = _storages(model_params)
+        stepped = [p for group in optimizer.param_groups for p in group["params"]]
+        master = {k: v for k, v in _storages(stepped).items() if k not in params}
+        grads = _storages([p.grad for p in [*module.parameters(), *stepped]])
+        state = _storages([t for per_param in optimizer.state.values() for t in per_param.values() if torch.is_tensor(t)])
+        known = params | master | grads | state
+        buffers = {k: v for k, v in live_storages().items() if k not in known and k not in self.before_model}
+        counts = {"parameters": params, "master_weights": master, "gradients": grads, "optimizer_state": state,
+                  "buffers": buffers}
+        for name, found in counts.items():
+            self.counts[name] = max(self.counts.get(name, 0), sum(found.values()))
+
+    def stop(self) -> dict[str, float]:
+        for hook in self._hooks:
+            hook.remove()
+        self._saved_hooks.__exit__(None, None, None)
+        report = {name: round(self.counts.get(name, 0) / MIB, 1)
+                  for name in (*MODEL_STATES, "buffers")}
+        report["activations"] = round(self.activations / MIB, 1)
+        report["model_states"] = round(sum(report[c] for c in MODEL_STATES), 1)
+        return report
