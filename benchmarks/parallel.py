@@ -53,7 +53,7 @@ LAYOUTS = {
     "zero1": ("deepspeed.py", 2, ["parallelism.strategy=zero1"]),
     "zero2": ("deepspeed.py", 2, ["parallelism.strategy=zero2"]),
     "zero3": ("deepspeed.py", 2, ["parallelism.strategy=zero3"]),
-    "zero3, DeepSpeed's default buffers": ("deepspeed.py", 2, ["parallelism.strategy=zero3", DEEPSPEED_DEFAULTS]),
+    "zero3 DeepSpeed default buffers": ("deepspeed.py", 2, ["parallelism.strategy=zero3", DEEPSPEED_DEFAULTS]),
     "horovod": ("horovod.py", 2, []),
     "tp": ("tensor_parallel.py", 2, []),
     "pp": ("pipeline.py", 2, []),
@@ -197,7 +197,7 @@ def explain(results: dict, n_params: int) -> list[str]:
             f"{4 * n_params / 2 / 2**20:.0f} MiB at N = 2). Its ZeRO optimizers are written for mixed precision, "
             "where this copy is part of the paper's 12 bytes of optimizer state; with fp32 weights the paper's "
             "16-byte accounting has no such copy, so DeepSpeed's model states are 4/N bytes per parameter above it.")
-    default = results.get("zero3, DeepSpeed's default buffers", {})
+    default = results.get("zero3 DeepSpeed default buffers", {})
     derived = results.get("zero3", {})
     if "error" not in default and "error" not in derived and default and derived:
         lines.append(f"- **Buffers sized from the model** (`zoo.train.parallel.deepspeed.buffer_sizes`): ZeRO-3 peak RSS "

@@ -287,3 +287,25 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
             else:  # int8 weights and zero points: a weight on a rounding boundary may land one step away
                 assert np.abs(got[key].astype(np.int64) - want).max() <= 1, (name, key)
         assert (predictions[name] == predictions["1 process"]).all(), name
+
+
+@pytest.mark.parametrize("launcher,strategy,bytes_per_param", [
+    ("ddp.py", "ddp", 16.0),  # 4 weights + 4 gradients + 8 Adam moments
+    ("fsdp.py", "fsdp", 16.0 / 2),  # everything sharded over 2 ranks
+    ("deepspeed.py", "zero3", 20.0 / 2),  # the same plus DeepSpeed's fp32 master partition (4/N)
+])
+def test_memory_by_category_matches_the_zero_accounting(tmp_path, launcher, strategy, bytes_per_param):
+    out = tmp_path / "out"
+    run(torchrun(launcher, 2, out, "--recipe", "fp32", *BERT, "optimizer.name=adamw", "export.variants=[]",
+                 f"parallelism.strategy={strategy}", "--profile-memory"), tmp_path)
+    got = summary(out)
+    memory = got["phases"]["fp32"]["memory_mib"]
+    expected = bytes_per_param * got["num_params"] / 2**20
+    for rank in range(2):
+        assert memory["model_states"][rank] == pytest.approx(expected, rel=0.05), memory
+        assert memory["activations"][rank] > 0
+    if strategy == "zero3":
+        config = json.loads((out / "deepspeed_config.json").read_text())["zero_optimization"]
+        # buffers derived from the model's size (deepspeed.buffer_sizes), not DeepSpeed's 5e8-element defaults
+        assert config["reduce_bucket_size"] == max(2**16, got["num_params"] // 16)
+        assert config["stage3_max_live_parameters"] == 2 * config["reduce_bucket_size"]
