@@ -31,6 +31,9 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q git-lfs)
 	@command -v chromium >/dev/null || $(SUDO) apt-get install -y -q chromium || \
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+	@# jemalloc: `zoo train` starts training workers on it (zoo/train/memory.py: allocator_env).
+	@ldconfig -p 2>/dev/null | grep -q libjemalloc.so.2 || $(SUDO) apt-get install -y -q libjemalloc2 || \
+	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q libjemalloc2)
 	@# `ip` makes the two network namespaces of the multi-node test.
 	@command -v ip >/dev/null || $(SUDO) apt-get install -y -q iproute2 || \
 	  ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iproute2)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
+from zoo.train.memory import allocator_env  # noqa: E402
 from zoo.train.summary import RunSummary  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -58,6 +59,10 @@ LAYOUTS = {
     "tp": ("tensor_parallel.py", 2, []),
     "pp": ("pipeline.py", 2, []),
     "ds-pp": ("deepspeed.py", 2, ["parallelism.strategy=ds-pp"]),
+    # The same layouts on the system allocator (glibc), to show what jemalloc changes.
+    "1 process, system malloc": ("ddp.py", 1, [], {"ZOO_ALLOCATOR": "system"}),
+    "ddp, system malloc": ("ddp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
+    "fsdp, system malloc": ("fsdp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
 }
 SHARDED = ("fsdp", "zero1", "zero2", "zero3")
 THEORY_BYTES_PER_PARAM = {"ddp": lambda n: 16, "zero1": lambda n: 8 + 8 / n, "zero2": lambda n: 4 + 12 / n,
@@ -65,7 +70,8 @@ THEORY_BYTES_PER_PARAM = {"ddp": lambda n: 16, "zero1": lambda n: 8 + 8 / n, "ze
 
 
 def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
-    launcher, nproc, extra = LAYOUTS[name]
+    launcher, nproc, extra, *overrides = LAYOUTS[name]
+    allocator = {} if overrides and overrides[0].get("ZOO_ALLOCATOR") == "system" else allocator_env()
     out = tmp / name.replace(" ", "_").replace(",", "")
     args = ["--recipe", "fp32", *MODEL, "--output-dir", str(out), "--no-tracking", "--profile-memory", f"steps={steps}",
             f"global_batch_size={batch}", "quantization.scheme=none", "export.variants=[]",
@@ -77,7 +83,8 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
         cmd = [sys.executable, script]
     else:
         cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", script]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOROVOD_GLOO_IFACE": "lo"}
+    env = {**os.environ, **allocator, "OMP_NUM_THREADS": "1", "HOROVOD_GLOO_IFACE": "lo",  # as `zoo train` runs them
+           **(overrides[0] if overrides else {})}
     print(f"[{name}] {' '.join(cmd[-1:])} ...", file=sys.stderr, flush=True)
     done = subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, cwd=tmp)
     if done.returncode != 0:  # one failing layout is reported, the others still measured
@@ -116,7 +123,7 @@ def main() -> None:
         theory = THEORY_BYTES_PER_PARAM.get(r["strategy"])
         if theory:
             r["theory_model_state_mib"] = theory(r["processes"]) * n_params / 2**20
-    report = {"model": "bert (12 layers, hidden 512)", "num_params": n_params, "global_batch": args.global_batch,
+    report = {"model": "bert (12 layers, hidden 512)", "allocator": allocator_env().get("LD_PRELOAD", "system malloc"), "num_params": n_params, "global_batch": args.global_batch,
               "cpu": cpu_label(), "sequence_length": SEQUENCE, "layers": 12, "hidden": 512,
               "steps": args.steps, "threads_per_process": 1, "layouts": results}
     atomic_write_text(RESULTS / "parallel.json", json.dumps(report, indent=2) + "\n")
@@ -127,7 +134,8 @@ def render(report: dict) -> None:
     """parallel.md from the measured report: memory by category, the goals, and the scaling model."""
     results, n_params = report["layouts"], report["num_params"]
     lines = [f"# Parallel layouts: per-rank memory and step time ({n_params / 1e6:.1f}M-parameter BERT, fp32 AdamW, "
-             f"global batch {report['global_batch']}, 1 thread per process, {report.get('cpu', 'CPU not recorded')})",
+             f"global batch {report['global_batch']}, 1 thread per process, {report.get('cpu', 'CPU not recorded')}; "
+             f"allocator {report.get('allocator', 'system malloc')})",
              "",
              "Live tensor MiB per rank (the larger rank), counted at the optimizer step by `zoo.train.memory` "
              "(`--profile-memory`): parameters, master weights (parameters the optimizer steps that are not the "
@@ -204,8 +212,16 @@ def explain(results: dict, n_params: int) -> list[str]:
                      f"{max(derived['model_state_mib_per_rank']):.0f} MiB vs {max(default['model_state_mib_per_rank']):.0f} "
                      "MiB with DeepSpeed's defaults (5e8-element buckets, 2 GB each in fp32, sized for billion-parameter "
                      "GPU models). Recipe keys under `parallelism.deepspeed.zero_optimization` still override.")
-    lines.append("- **RSS vs live tensors**: the resident set also holds the Python runtime, the libraries' own "
-                 "allocations and memory glibc keeps after frees; the live-tensor columns are what the layout needs.")
+    for name in ("1 process", "ddp", "fsdp"):
+        je, system = results.get(name, {}), results.get(f"{name}, system malloc", {})
+        if je and system and "error" not in je and "error" not in system:
+            lines.append(f"- **{name}, jemalloc vs the system allocator**: peak RSS {max(je['model_state_mib_per_rank']):.0f} "
+                         f"vs {max(system['model_state_mib_per_rank']):.0f} MiB, step {je['step_seconds']:.2f} vs "
+                         f"{system['step_seconds']:.2f} s. glibc strands freed blocks in per-thread arenas and heap gaps "
+                         "(its mmap threshold grows after large frees), so its resident set keeps allocator history; "
+                         "`zoo train` and this benchmark start workers on jemalloc (`zoo.train.memory.allocator_env`).")
+    lines.append("- **RSS vs live tensors**: the resident set also holds the Python runtime and the libraries' own "
+                 "allocations; the live-tensor columns are what the layout needs.")
     return lines
 
 

@@ -295,10 +295,15 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
     ("deepspeed.py", "zero3", 20.0 / 2),  # the same plus DeepSpeed's fp32 master partition (4/N)
 ])
 def test_memory_by_category_matches_the_zero_accounting(tmp_path, launcher, strategy, bytes_per_param):
+    from zoo.train.memory import allocator_env
+
     out = tmp_path / "out"
+    jemalloc = allocator_env({})  # what `zoo train` gives its workers; make setup installs jemalloc
+    assert jemalloc.get("LD_PRELOAD", "").startswith("libjemalloc"), "jemalloc missing: run make setup"
     run(torchrun(launcher, 2, out, "--recipe", "fp32", *BERT, "optimizer.name=adamw", "export.variants=[]",
-                 f"parallelism.strategy={strategy}", "--profile-memory"), tmp_path)
+                 f"parallelism.strategy={strategy}", "--profile-memory"), tmp_path, **jemalloc)
     got = summary(out)
+    assert got["allocator"] == "jemalloc"
     memory = got["phases"]["fp32"]["memory_mib"]
     expected = bytes_per_param * got["num_params"] / 2**20
     for rank in range(2):

@@ -21,6 +21,7 @@ from zoo.errors import ZooError
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
 from zoo.train.distributed import init_distributed, resolve_backend, shutdown
+from zoo.train.memory import allocator_env
 from zoo.train.parallel import LAUNCHERS, launcher_of, strategy_for
 from zoo.train.summary import SUMMARY_FILE, RunSummary
 from zoo.train.trainer import run
@@ -114,6 +115,7 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
                                   str(max_restarts), str(script), *launcher_argv])
     for name in ("torch.distributed.run", "torch.distributed.elastic"):  # its banner and failure report
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    os.environ.update(allocator_env())  # the workers inherit it
     try:
         elastic.run(options)
     except ChildFailedError as exc:

@@ -15,11 +15,16 @@ gradients, optimizer state and communication buffers are all alive:
 - activations: the bytes autograd saved for backward during the step (`saved_tensors_hooks`), distinct storages.
 
 Model states (the ZeRO paper's term) are parameters + master weights + gradients + optimizer state.
+
+And the allocator those tensors live in: `zoo train` and the benchmarks start workers on jemalloc where installed.
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import gc
+import os
+from pathlib import Path
 
 import torch
 
@@ -116,3 +121,33 @@ class MemoryCount:
         report["activations"] = round(self.activations / MIB, 1)
         report["model_states"] = round(sum(report[c] for c in MODEL_STATES), 1)
         return report
+
+
+# jemalloc without decay: freed pages stay with the process for reuse (no page faults on the next step's buffers) but,
+# unlike glibc, large blocks are not stranded in per-thread arenas and heap gaps, so the resident set follows what the
+# layout holds; benchmarks/parallel.py measures both allocators side by side (results/parallel.md).
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+
+
+def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment that makes training workers use jemalloc where it is installed (`make setup` installs it), as
+    Intel's CPU launchers do. Nothing when the user already preloads a library or sets ZOO_ALLOCATOR=system."""
+    environ = os.environ if environ is None else environ
+    if environ.get("LD_PRELOAD") or environ.get("ZOO_ALLOCATOR") == "system":
+        return {}
+    library = ctypes.util.find_library("jemalloc")
+    if library is None:
+        return {}
+    return {"LD_PRELOAD": library, "MALLOC_CONF": environ.get("MALLOC_CONF", JEMALLOC_CONF)}
+
+
+def allocator_in_use() -> str:
+    """Which malloc this process runs on (recorded in summary.json)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "unknown"
+    for name in ("jemalloc", "tcmalloc", "mimalloc"):
+        if f"lib{name}" in maps:
+            return name
+    return "system"

@@ -81,6 +81,7 @@ class RunSummary(Strict):
     variants: dict[str, VariantResult]
     wall_seconds: float
     library_versions: dict[str, str]
+    allocator: str | None = None  # the malloc rank 0 ran on: jemalloc (zoo train, benchmarks) or system
     tracking: Tracking
 
     def write(self, output_dir: Path) -> Path:
