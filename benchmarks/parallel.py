@@ -60,9 +60,9 @@ LAYOUTS = {
     "pp": ("pipeline.py", 2, []),
     "ds-pp": ("deepspeed.py", 2, ["parallelism.strategy=ds-pp"]),
     # The same layouts on the system allocator (glibc), to show what jemalloc changes.
-    "1 process, system malloc": ("ddp.py", 1, [], {"ZOO_ALLOCATOR": "system"}),
-    "ddp, system malloc": ("ddp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
-    "fsdp, system malloc": ("fsdp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
+    "1 process (system malloc)": ("ddp.py", 1, [], {"ZOO_ALLOCATOR": "system"}),
+    "ddp (system malloc)": ("ddp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
+    "fsdp (system malloc)": ("fsdp.py", 2, [], {"ZOO_ALLOCATOR": "system"}),
 }
 SHARDED = ("fsdp", "zero1", "zero2", "zero3")
 THEORY_BYTES_PER_PARAM = {"ddp": lambda n: 16, "zero1": lambda n: 8 + 8 / n, "zero2": lambda n: 4 + 12 / n,
@@ -111,6 +111,9 @@ def main() -> None:
     if args.render:
         return render(json.loads((RESULTS / "parallel.json").read_text()))
     names = args.layouts.split(",")
+    unknown = [name for name in names if name not in LAYOUTS]
+    if unknown:
+        parser.error(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
     with tempfile.TemporaryDirectory(prefix="zoo-bench-parallel-") as tmp:
         results = {name: run_layout(Path(tmp), name, args.steps, args.global_batch) for name in names}
     base = results.get("1 process")
@@ -213,7 +216,7 @@ def explain(results: dict, n_params: int) -> list[str]:
                      "MiB with DeepSpeed's defaults (5e8-element buckets, 2 GB each in fp32, sized for billion-parameter "
                      "GPU models). Recipe keys under `parallelism.deepspeed.zero_optimization` still override.")
     for name in ("1 process", "ddp", "fsdp"):
-        je, system = results.get(name, {}), results.get(f"{name}, system malloc", {})
+        je, system = results.get(name, {}), results.get(f"{name} (system malloc)", {})
         if je and system and "error" not in je and "error" not in system:
             lines.append(f"- **{name}, jemalloc vs the system allocator**: peak RSS {max(je['model_state_mib_per_rank']):.0f} "
                          f"vs {max(system['model_state_mib_per_rank']):.0f} MiB, step {je['step_seconds']:.2f} vs "
