@@ -49,6 +49,8 @@ DEEPSPEED_DEFAULTS = ("parallelism.deepspeed={zero_optimization: {reduce_bucket_
                       "stage3_param_persistence_threshold: 100000}}")
 LAYOUTS = {
     "1 process": ("ddp.py", 1, []),
+    # Half the global batch in one process: the step time of perfect 2-way data parallelism (compute only).
+    "1 process at half batch": ("ddp.py", 1, ["global_batch_size=8"]),
     "ddp": ("ddp.py", 2, []),
     "fsdp": ("fsdp.py", 2, []),
     "zero1": ("deepspeed.py", 2, ["parallelism.strategy=zero1"]),
@@ -189,6 +191,9 @@ def goals(results: dict) -> list[str]:
         if name in ok and ddp_rss:
             rss = max(ok[name]["model_state_mib_per_rank"])
             row(f"{name} peak RSS below DDP's ({ddp_rss:.0f} MiB)", f"{rss:.0f} MiB", rss < ddp_rss)
+    ideal = ok.get("1 process at half batch", {}).get("step_time_vs_1_process")
+    if ideal is not None:
+        rows.append(f"| (compute alone: one process, half the global batch) | {ideal:.2f}x | - |")
     for name, r in ok.items():
         if r["processes"] > 1 and r.get("step_time_vs_1_process") is not None and name in ("ddp", *SHARDED):
             limit = 0.6 if name == "ddp" else 0.8
