@@ -90,10 +90,14 @@ def free_port() -> int:
 class LfsServer:
     """`zoo serve` (giftless) in its own process on 127.0.0.1, started and stopped by PID."""
 
-    def __init__(self, storage: Path, ranges: bool = True):
+    def __init__(self, storage: Path, ranges: bool = True, anonymous_writes: bool = True, secret: str | None = None,
+                 extra_args: tuple[str, ...] = ()):
+        """Anonymous read-write by default (the store tests publish to it); with `secret` (and anonymous_writes=False)
+        the production setup: anonymous read, uploads with a token."""
         self.storage = storage
         self.port = free_port()
         self.ranges = ranges
+        self.anonymous_writes, self.secret, self.extra_args = anonymous_writes, secret, extra_args
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -104,7 +108,11 @@ class LfsServer:
         args = [sys.executable, "-m", "zoo.cli", "serve", "--storage", str(self.storage), "--port", str(self.port)]
         if not self.ranges:
             args.append("--no-ranges")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        if self.anonymous_writes:
+            args.append("--anonymous-writes")
+        args += ["--access-log", "", *self.extra_args] if "--access-log" not in self.extra_args else list(self.extra_args)
+        env = {**os.environ, "ZOO_SERVE_SECRET": self.secret or ""}
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -22,6 +22,8 @@ from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
+from zoo.store.serve import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_OBJECT, LOOPBACK, load_secret
+from zoo.store.serve import issue_token as issue_token_for
 from zoo.store.serve import serve as run_server
 from zoo.variants import KINDS, kind_of
 
@@ -454,12 +456,40 @@ def docs() -> None:
 
 
 @app.command()
-def serve(storage: Path = typer.Option(..., help="Folder for the objects."),
-          host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8080),
+def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
+          host: str = typer.Option("127.0.0.1", help="Address to listen on; for a public mirror put a TLS proxy in "
+                                                      "front (README: Run a public mirror)."),
+          port: int = typer.Option(8080),
+          secret_file: Path = typer.Option(None, help="File holding the signing secret (else $ZOO_SERVE_SECRET): "
+                                                      "upload tokens and action links are signed with it."),
+          anonymous_writes: bool = typer.Option(False, help="Let anyone upload (tests, loopback-only use)."),
+          issue_token: bool = typer.Option(False, help="Print an upload token signed with the secret, then exit."),
+          expires: int = typer.Option(3600, help="Lifetime of an issued token, seconds."),
+          subject: str = typer.Option("publisher", help="Who an issued token is for (shown in the request log)."),
+          max_object_size: int = typer.Option(DEFAULT_MAX_OBJECT, help="Largest object accepted, bytes."),
+          max_batch_body: int = typer.Option(DEFAULT_MAX_BATCH_BODY, help="Largest batch request body, bytes."),
+          access_log: str = typer.Option("-", help="Request log: a file, or - for standard error."),
           no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
-    """Serve an LFS mirror (Batch API, resumable downloads) with giftless."""
-    err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs")
-    run_server(storage, host, port, ranges=not no_ranges)
+    """Serve an LFS mirror with giftless: anonymous read, uploads with a token (`--issue-token` mints one)."""
+    secret = load_secret(secret_file)
+    if issue_token:
+        if secret is None:
+            raise ZooError("--issue-token needs the server's secret: set ZOO_SERVE_SECRET or pass --secret-file")
+        if expires <= 0:
+            raise ZooError(f"--expires {expires}: a token's lifetime must be a positive number of seconds")
+        print(issue_token_for(secret, expires, subject))
+        return
+    if storage is None:
+        raise ZooError("--storage FOLDER is required to serve (the folder objects are kept in)")
+    if anonymous_writes and host not in LOOPBACK:
+        err.print(f"warning: --anonymous-writes on {host}: anyone who can reach this address can upload objects; "
+                  "use a secret and tokens for a mirror others can reach")
+    mode = "anonymous read-write" if anonymous_writes else (
+        "anonymous read, uploads with a token" if secret else "read-only (no secret: uploads are refused)")
+    err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs ({mode})")
+    run_server(storage, host, port, ranges=not no_ranges, secret=secret, anonymous_writes=anonymous_writes,
+               max_object_size=max_object_size, max_batch_body=max_batch_body,
+               access_log=None if access_log == "" else access_log)
 
 
 class _Watched:

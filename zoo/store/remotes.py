@@ -8,6 +8,7 @@ exponential backoff. Nothing here touches the cache: the caller admits verified 
 from __future__ import annotations
 
 import contextlib
+import os
 import hashlib
 import queue
 import threading
@@ -214,7 +215,14 @@ class HttpRemote(Remote):
             "objects": [{"oid": p.oid, "size": p.size} for p in pointers],
         }
         headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE}
+        token = os.environ.get("ZOO_LFS_TOKEN", "").strip()
+        if operation == "upload" and token:  # only where it is needed: downloads never carry the upload token
+            headers["Authorization"] = f"Bearer {token}"
         response = self._request("POST", f"{self.url}/objects/batch", json=body, headers=headers)
+        if operation == "upload" and response.status_code in (401, 403):
+            why = "the token was refused (expired, or signed with another secret)" if token else "no token was sent"
+            raise RemoteError(f"{self.url}: upload refused (HTTP {response.status_code}): {why}; set ZOO_LFS_TOKEN to "
+                              "a token from the mirror's operator (`zoo serve --issue-token`)")
         if response.status_code == 404:
             # Some servers (giftless) answer a whole-batch 404 when an object is unknown.
             return {}
@@ -324,7 +332,7 @@ class HttpRemote(Remote):
         upload = actions["upload"]
         response = self._request("PUT", upload.href, body=path, headers=dict(upload.header))
         if response.status_code >= 400:
-            raise RemoteError(f"{self.url}: upload failed: HTTP {response.status_code} {response.text[:200]}")
+            raise RemoteError(f"{self.url}: upload failed: HTTP {response.status_code} {_message(response)}")
         if "verify" in actions:
             verify = actions["verify"]
             headers = {"Accept": LFS_MEDIA_TYPE, "Content-Type": LFS_MEDIA_TYPE, **verify.header}
@@ -332,3 +340,11 @@ class HttpRemote(Remote):
             if response.status_code >= 400:
                 raise RemoteError(f"{self.url}: upload verification failed: HTTP {response.status_code}")
         return True
+
+
+def _message(response: requests.Response) -> str:
+    """An LFS error answer's message (JSON `message`), else the start of its body."""
+    try:
+        return str(response.json().get("message", ""))[:300] or response.text[:200]
+    except (ValueError, AttributeError):
+        return response.text[:200]

@@ -1,38 +1,140 @@
-"""A self-hosted LFS server for mirrors of the zoo: giftless, plus HTTP Range on object downloads.
+"""A self-hosted LFS server for mirrors of the zoo: giftless, read-only to the world, uploads with a token.
 
-Single points of failure killed the ONNX Model Zoo (LFS bandwidth quotas); anyone can mirror the
-zoo's objects with `zoo serve`. Giftless streams objects without Range support, so a small WSGI
-middleware answers ranged GETs from the same local storage (what nginx would do in front of it).
+Single points of failure killed the ONNX Model Zoo (LFS bandwidth quotas); anyone can mirror the zoo's objects with
+`zoo serve`. Around giftless:
+
+- **Who may write**: anonymous users read; uploads need a JWT signed with the operator's secret (`ZOO_SERVE_SECRET`
+  or `--secret-file`), minted by `zoo serve --issue-token` and sent by `zoo publish` from `ZOO_LFS_TOKEN`. giftless's
+  pre-authorized action links (the upload and download hrefs of a batch answer) are signed with the same secret, never
+  with giftless's built-in default key. `--anonymous-writes` restores anonymous read-write for tests and loopback use.
+- **What is stored**: `VerifiedLocalStorage` writes an upload to a temporary file, hashes it and makes it visible
+  (an atomic rename) only when its sha256 is its object id and it fits the size limit; anything else is refused with
+  422/413 and leaves nothing in storage.
+- **Limits**: a maximum object size (batch requests announcing a larger object, and larger uploads, are refused) and
+  a maximum batch request body.
+- **Request log**: one line per request — Common Log Format plus the object id, bytes received and the duration.
+- **Ranges**: giftless streams objects without HTTP Range support, so a small WSGI middleware answers downloads
+  (ranged or whole) from the same storage in 1 MiB blocks (what nginx would do in front of it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import logging
 import os
 import re
+import secrets
+import sys
 import tempfile
+import time
 from pathlib import Path
 
-import yaml
+import jwt
 import waitress
+import yaml
 from giftless.app import init_app
+from giftless.storage.local_storage import LocalStorage
+from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import wrap_file
 
-_STORAGE_GET = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
+from zoo.errors import ZooError
+
+_STORAGE = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
+_BATCH = re.compile(r"/objects/batch$")
+_OID = re.compile(r"^[0-9a-f]{64}$")
+MIN_SECRET_LENGTH = 32
+DEFAULT_MAX_OBJECT = 2 * 2**30  # 2 GiB: the largest zoo files are a few hundred MiB
+DEFAULT_MAX_BATCH_BODY = 2**20  # 1 MiB: ~10,000 objects per batch request
+ACTION_LIFETIME = 600  # seconds a pre-authorized upload/download link stays valid
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+CHUNK = 1 << 20
+
+
+class VerifiedLocalStorage(LocalStorage):
+    """giftless's local storage, but an object appears only whole and only when its bytes hash to its name."""
+
+    def __init__(self, path: str | None = None, max_object_size: int = DEFAULT_MAX_OBJECT, **options):
+        super().__init__(path, **options)
+        self.max_object_size = max_object_size
+
+    def put(self, prefix: str, oid: str, data_stream) -> int:
+        if not _OID.match(oid):
+            raise UnprocessableEntity(f"'{oid[:80]}' is not a sha256 object id (64 lowercase hex digits)")
+        path = self._get_path(prefix, oid)
+        self._create_path(str(path.parent))
+        digest, size = hashlib.sha256(), 0
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                while chunk := data_stream.read(CHUNK):
+                    size += len(chunk)
+                    if size > self.max_object_size:
+                        raise RequestEntityTooLarge(f"object {oid} is larger than this server's limit of "
+                                                    f"{self.max_object_size} bytes: refused, nothing stored")
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != oid:
+                raise UnprocessableEntity(f"the uploaded bytes ({size}) hash to sha256 {digest.hexdigest()}, not to the "
+                                          f"object id {oid}: refused, nothing stored")
+            os.replace(temporary, path)  # visible only now, and whole
+            return size
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+
+
+def _json_error(status: int, message: str):
+    return Response(json.dumps({"message": message}), status=status, mimetype="application/vnd.git-lfs+json")
+
+
+class Limits:
+    """Refuse oversized batch bodies (413), batch uploads of objects over the size limit (422) and oversized PUTs
+    (413, before reading them), with the LFS error body git-lfs shows its user."""
+
+    def __init__(self, app, max_object_size: int = DEFAULT_MAX_OBJECT, max_batch_body: int = DEFAULT_MAX_BATCH_BODY):
+        self.app, self.max_object_size, self.max_batch_body = app, max_object_size, max_batch_body
+
+    def __call__(self, environ, start_response):
+        method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if method == "PUT" and _STORAGE.match(path) and length > self.max_object_size:
+            return _json_error(413, f"{length} bytes exceed this server's object size limit of "
+                                    f"{self.max_object_size}")(environ, start_response)
+        if method == "POST" and _BATCH.search(path):
+            if length > self.max_batch_body:
+                return _json_error(413, f"batch request of {length} bytes exceeds this server's limit of "
+                                        f"{self.max_batch_body}; send fewer objects per request")(environ, start_response)
+            body = environ["wsgi.input"].read(length) if length else b""
+            environ["wsgi.input"] = io.BytesIO(body)
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = {}
+            if isinstance(request, dict) and request.get("operation") == "upload":
+                too_big = [o for o in request.get("objects") or [] if isinstance(o, dict)
+                           and isinstance(o.get("size"), int) and o["size"] > self.max_object_size]
+                if too_big:
+                    return _json_error(422, f"object {str(too_big[0].get('oid'))[:64]} ({too_big[0]['size']} bytes) "
+                                            f"exceeds this server's object size limit of {self.max_object_size} "
+                                            "bytes")(environ, start_response)
+        return self.app(environ, start_response)
 
 
 class RangeDownloads:
     """Serve object downloads (ranged or whole) from the storage in 1 MiB blocks; everything else goes to giftless.
 
     Giftless hands its file object to werkzeug, which iterates a binary file by *lines*: 12 MiB/s measured on a
-    64 MiB object. This server is anonymous read-write by design (keep it on loopback or behind a proxy)."""
+    64 MiB object. Downloads are public (anonymous read), so this answers them without giftless's auth."""
 
     def __init__(self, app, storage_path: str):
         self.app = app
         self.storage = Path(storage_path)
 
     def __call__(self, environ, start_response):
-        match = _STORAGE_GET.match(environ.get("PATH_INFO", ""))
+        match = _STORAGE.match(environ.get("PATH_INFO", ""))
         if environ.get("REQUEST_METHOD") != "GET" or match is None:
             return self.app(environ, start_response)
 
@@ -46,34 +148,140 @@ class RangeDownloads:
         return response(environ, start_response)
 
 
-def giftless_config(storage: Path) -> dict:
+class AccessLog:
+    """One line per request: Common Log Format (client, token subject, time, request line, status, bytes sent), then
+    `in=<bytes received> oid=<object id or -> <seconds>s`."""
+
+    def __init__(self, app, destination: str = "-"):
+        self.app = app
+        self.log = logging.getLogger(f"zoo.serve.access.{id(self)}")
+        self.log.propagate = False
+        self.log.setLevel(logging.INFO)
+        handler = logging.StreamHandler(sys.stderr) if destination == "-" else logging.FileHandler(destination)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        self.log.addHandler(handler)
+
+    def __call__(self, environ, start_response):
+        started, status, sent = time.perf_counter(), ["-"], [0]
+
+        def recording_start_response(status_line, headers, exc_info=None):
+            status[0] = status_line.split(" ", 1)[0]
+            return start_response(status_line, headers, exc_info)
+
+        path = environ.get("PATH_INFO", "")
+        result = self.app(environ, recording_start_response)
+        try:
+            for chunk in result:
+                sent[0] += len(chunk)
+                yield chunk
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+            match = _STORAGE.match(path)
+            # Signed links carry their token in the query: never write a credential to the log.
+            query = re.sub(r"(jwt=)[^&]*", r"\1<redacted>", environ.get("QUERY_STRING", ""))
+            query = f"?{query}" if query else ""
+            when = time.strftime("%d/%b/%Y:%H:%M:%S %z")
+            self.log.info(f'{_client(environ)} - {_subject(environ)} [{when}] '
+                          f'"{environ.get("REQUEST_METHOD")} {path}{query} {environ.get("SERVER_PROTOCOL", "HTTP/1.1")}" '
+                          f'{status[0]} {sent[0]} in={environ.get("CONTENT_LENGTH") or 0} '
+                          f'oid={match["oid"] if match else "-"} {time.perf_counter() - started:.3f}s')
+
+
+def _client(environ) -> str:
+    """The client's address; behind a proxy on this machine, the address the proxy forwarded for."""
+    peer = environ.get("REMOTE_ADDR", "-")
+    forwarded = environ.get("HTTP_X_FORWARDED_FOR", "").split(",")[0].strip()
+    if peer in LOOPBACK and forwarded and re.fullmatch(r"[0-9a-fA-F.:]+", forwarded):
+        return forwarded
+    return peer
+
+
+def _subject(environ) -> str:
+    """The `sub` claim of a bearer token, for the log only (giftless verifies tokens; a bad one is logged as 401)."""
+    header = environ.get("HTTP_AUTHORIZATION", "")
+    if not header.lower().startswith("bearer "):
+        return "-"
+    try:
+        claims = jwt.decode(header[7:], options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return "invalid-token"
+    return re.sub(r"[^\w.@-]", "_", str(claims.get("sub", "token")))[:64] or "token"
+
+
+def load_secret(secret_file: Path | None = None) -> str | None:
+    """The operator's signing secret: --secret-file, else ZOO_SERVE_SECRET; None when neither is set."""
+    if secret_file is not None:
+        try:
+            secret = secret_file.read_text().strip()
+        except OSError as exc:
+            raise ZooError(f"--secret-file {secret_file}: cannot read it ({exc.strerror})") from None
+    else:
+        secret = os.environ.get("ZOO_SERVE_SECRET", "").strip()
+        if not secret:
+            return None
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise ZooError(f"the server secret is {len(secret)} characters; use at least {MIN_SECRET_LENGTH}, e.g. "
+                       "`python -c 'import secrets; print(secrets.token_hex(32))'`")
+    return secret
+
+
+def issue_token(secret: str, expires_in: int, subject: str = "publisher") -> str:
+    """An upload token: HS256, signed with the server's secret, valid for `expires_in` seconds, all objects."""
+    now = int(time.time())
+    claims = {"sub": subject, "iat": now, "exp": now + expires_in, "scopes": ["obj:*"]}
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def giftless_config(storage: Path, secret: str | None, anonymous_writes: bool = False, ranges: bool = True,
+                    max_object_size: int = DEFAULT_MAX_OBJECT, max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
+                    access_log: str | None = "-") -> dict:
+    # Action links are signed with the operator's secret, or (no secret) a key of this process only: never with
+    # giftless's built-in "change-me", which would let anyone forge an upload link.
+    signing_key = secret or secrets.token_hex(32)
+    providers = ["giftless.auth.allow_anon:read_write"] if anonymous_writes else [
+        *([{"factory": "giftless.auth.jwt:factory", "options": {"algorithm": "HS256", "private_key": secret}}]
+          if secret else []),
+        "giftless.auth.allow_anon:read_only"]
+    middleware = [{"class": "zoo.store.serve:Limits",
+                   "kwargs": {"max_object_size": max_object_size, "max_batch_body": max_batch_body}}]
+    if ranges:
+        middleware.append({"class": "zoo.store.serve:RangeDownloads", "kwargs": {"storage_path": str(storage)}})
+    if access_log is not None:
+        middleware.append({"class": "zoo.store.serve:AccessLog", "kwargs": {"destination": access_log}})
     return {
         "LEGACY_ENDPOINTS": False,
-        "AUTH_PROVIDERS": ["giftless.auth.allow_anon:read_write"],
+        "AUTH_PROVIDERS": providers,
+        "PRE_AUTHORIZED_ACTION_PROVIDER": {
+            "factory": "giftless.auth.jwt:factory",
+            "options": {"algorithm": "HS256", "private_key": signing_key, "default_lifetime": ACTION_LIFETIME,
+                        "key_id": "zoo-serve-actions"},
+        },
         "TRANSFER_ADAPTERS": {
             "basic": {
                 "factory": "giftless.transfer.basic_streaming:factory",
-                "options": {"storage_class": "giftless.storage.local_storage:LocalStorage",
-                            "storage_options": {"path": str(storage)}},
+                "options": {"storage_class": "zoo.store.serve:VerifiedLocalStorage",
+                            "storage_options": {"path": str(storage), "max_object_size": max_object_size}},
             }
         },
-        "MIDDLEWARE": [{"class": "zoo.store.serve:RangeDownloads", "kwargs": {"storage_path": str(storage)}}],
+        "MIDDLEWARE": middleware,
     }
 
 
-def serve(storage: Path, host: str = "127.0.0.1", port: int = 8080, ranges: bool = True) -> None:
-    """Run the server in this process (blocks). Read-write for anonymous users: keep it on loopback or behind auth."""
+def serve(storage: Path, host: str = "127.0.0.1", port: int = 8080, ranges: bool = True, secret: str | None = None,
+          anonymous_writes: bool = False, max_object_size: int = DEFAULT_MAX_OBJECT,
+          max_batch_body: int = DEFAULT_MAX_BATCH_BODY, access_log: str | None = "-") -> None:
+    """Run the server in this process (blocks)."""
     storage = storage.resolve()
     storage.mkdir(parents=True, exist_ok=True)
-    config = giftless_config(storage)
-    if not ranges:
-        config["MIDDLEWARE"] = []
+    config = giftless_config(storage, secret, anonymous_writes, ranges, max_object_size, max_batch_body, access_log)
     fd, config_file = tempfile.mkstemp(prefix="giftless-", suffix=".yaml")
     with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # it holds the secret
         yaml.safe_dump(config, f)
     os.environ["GIFTLESS_CONFIG_FILE"] = config_file
-
     try:
-        waitress.serve(init_app(), host=host, port=port, threads=8, _quiet=True)
+        app = init_app()
     finally:
-        os.unlink(config_file)
+        os.unlink(config_file)  # read once by init_app
+    waitress.serve(app, host=host, port=port, threads=8, _quiet=True)
