@@ -26,10 +26,24 @@ def _objects(home) -> list:
     return [p for p in (home / "objects").rglob("*") if p.is_file()] if (home / "objects").exists() else []
 
 
-def test_publish_then_fetch_into_empty_cache(zoo_env, lfs_server):
+@pytest.fixture
+def token_server(tmp_path):
+    """The production setup: anonymous read, uploads with a token signed with the operator's secret."""
+    secret = "a" * 48
+    server = LfsServer(tmp_path / "mirror-storage", anonymous_writes=False, secret=secret).start()
+    token = zoo_cli("serve", "--issue-token", "--expires", "600", env={"ZOO_SERVE_SECRET": secret}, check=True)
+    server.token = token.stdout.strip()
+    yield server
+    server.stop()
+
+
+def test_publish_then_fetch_into_empty_cache(zoo_env, token_server):
+    lfs_server = token_server
     folder = write_entry(zoo_env["entries"], "tiny")
     original = (folder / "model.onnx").read_bytes()
-    published = zoo_cli("publish", "tiny", "--to", lfs_server.url, check=True)
+    refused = zoo_cli("publish", "tiny", "--to", lfs_server.url, env={"ZOO_LFS_TOKEN": ""})
+    assert refused.returncode != 0 and "set ZOO_LFS_TOKEN" in refused.stderr and read_pointer(folder / "model.onnx") is None
+    published = zoo_cli("publish", "tiny", "--to", lfs_server.url, env={"ZOO_LFS_TOKEN": lfs_server.token}, check=True)
     assert "uploaded tiny/model.onnx" in published.stdout
     # The checkout now holds a spec-v1 pointer; the content stays fetchable from the local cache.
     pointer = read_pointer(folder / "model.onnx")
@@ -46,7 +60,8 @@ def test_publish_then_fetch_into_empty_cache(zoo_env, lfs_server):
     assert second["source"] == "cache" and second["path"] == first["path"]
 
     # Publishing again uploads nothing new.
-    assert "present  tiny/model.onnx" in zoo_cli("publish", "tiny", "--to", lfs_server.url, check=True).stdout
+    assert "present  tiny/model.onnx" in zoo_cli("publish", "tiny", "--to", lfs_server.url,
+                                                 env={"ZOO_LFS_TOKEN": lfs_server.token}, check=True).stdout
 
 
 def test_python_api_mirrors_cli(zoo_env, lfs_server, monkeypatch):
