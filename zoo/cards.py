@@ -175,10 +175,12 @@ class ModelCard(Strict):
         return mine is not None and reference is not None and mine >= reference - self.variants[variant].tolerance
 
     def fastest(self, batch: int = 1) -> str:
-        """The ONNX variant with the lowest measured latency at `batch` (1 or 32) among those that keep fp32's
-        accuracy within their tolerance; fp32 when none beats it."""
+        """The ONNX file of these weights with the lowest measured latency at `batch` (1 or 32) among those that keep
+        fp32's accuracy within their tolerance; fp32 when none beats it."""
+        # Retrained variants (federated) hold other weights: another model, not a faster file of this one.
         timed = {k: v.speed.at(batch).median_ms for k, v in self.variants.items()
-                 if kind_of(k, v).inference and v.speed is not None and v.sha256 and self.keeps_accuracy(k)}
+                 if kind_of(k, v).inference and kind_of(k, v).reference != "retrained" and v.speed is not None
+                 and v.sha256 and self.keeps_accuracy(k)}
         if "fp32" not in timed:
             raise ZooError(f"'{self.name}' has no latency measurements on its card: `zoo build {self.name}` measures them")
         return min(timed, key=timed.get)
