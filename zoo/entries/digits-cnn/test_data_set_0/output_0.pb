@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:3e0a389bbf6c7a92ab1917c7d16ad652d6088874dda4ada77c094804484e504e
+oid sha256:928b7947501c6419dd3864ed51d28c6753de19639d01bdbbc6e999546ef29504
 size 657

@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:93b31edea01c656ec60b9448412a9da1a4d1dee6ba946d779a3d8e67841e1551
+oid sha256:4b2c0fd1be6f1ec3d5ffdc65677ce5f791bfdca484cdf370dea0cfc123be2071
 size 529

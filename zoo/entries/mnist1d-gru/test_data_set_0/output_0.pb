@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:35329db1d15e7ad3689ed978e93e110e62d3e3c4aeb1a323f2071790937348c5
+oid sha256:a4ac8428a26804ef4b3f1955d2b663a80cc385e467c14ee9c281aaa875afa9f4
 size 657
