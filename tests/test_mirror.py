@@ -128,3 +128,11 @@ def test_serve_refuses_weak_or_missing_secrets(tmp_path):
         assert not _stored(server, pointer.oid)
     finally:
         server.stop()
+
+
+def test_anonymous_writes_warn_off_loopback():
+    from zoo.store.serve import exposure_warning
+
+    assert exposure_warning("127.0.0.1", True) is None and exposure_warning("0.0.0.0", False) is None
+    assert "anyone who can reach this address can upload" in exposure_warning("0.0.0.0", True)
+    assert exposure_warning("10.1.2.3", True).startswith("warning: --anonymous-writes on 10.1.2.3")

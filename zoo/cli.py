@@ -22,7 +22,7 @@ from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
-from zoo.store.serve import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_OBJECT, LOOPBACK, load_secret
+from zoo.store.serve import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_OBJECT, exposure_warning, load_secret
 from zoo.store.serve import issue_token as issue_token_for
 from zoo.store.serve import serve as run_server
 from zoo.variants import KINDS, kind_of
@@ -481,9 +481,9 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
         return
     if storage is None:
         raise ZooError("--storage FOLDER is required to serve (the folder objects are kept in)")
-    if anonymous_writes and host not in LOOPBACK:
-        err.print(f"warning: --anonymous-writes on {host}: anyone who can reach this address can upload objects; "
-                  "use a secret and tokens for a mirror others can reach")
+    warning = exposure_warning(host, anonymous_writes)
+    if warning:
+        err.print(warning)
     mode = "anonymous read-write" if anonymous_writes else (
         "anonymous read, uploads with a token" if secret else "read-only (no secret: uploads are refused)")
     err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs ({mode})")

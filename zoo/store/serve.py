@@ -226,6 +226,14 @@ def load_secret(secret_file: Path | None = None) -> str | None:
     return secret
 
 
+def exposure_warning(host: str, anonymous_writes: bool) -> str | None:
+    """What `zoo serve` warns about before it starts: anonymous writes reachable from other machines."""
+    if anonymous_writes and host not in LOOPBACK:
+        return (f"warning: --anonymous-writes on {host}: anyone who can reach this address can upload objects; "
+                "use a secret and tokens for a mirror others can reach")
+    return None
+
+
 def issue_token(secret: str, expires_in: int, subject: str = "publisher") -> str:
     """An upload token: HS256, signed with the server's secret, valid for `expires_in` seconds, all objects."""
     now = int(time.time())
