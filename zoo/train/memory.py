@@ -42,26 +42,19 @@ def torch_optimizer(optimizer) -> torch.optim.Optimizer | None:
 
 def live_storages() -> dict[int, int]:
     """data_ptr -> bytes of every tensor storage Python can reach."""
-    found: dict[int, int] = {}
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.Tensor) and not obj.is_meta:
-                local = obj.to_local() if hasattr(obj, "to_local") else obj
-                storage = local.untyped_storage()
-                if storage.nbytes():
-                    found[storage.data_ptr()] = storage.nbytes()
-        except (RuntimeError, ReferenceError):  # tensors without storage (e.g. sparse, functional wrappers)
-            continue
-    return found
+    return _storages(obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and not obj.is_meta)
 
 
 def _storages(tensors) -> dict[int, int]:
+    """data_ptr -> bytes of the distinct storages behind `tensors` on this rank (a DTensor counts its local shard)."""
     found: dict[int, int] = {}
     for t in tensors:
         if t is None:
             continue
-        local = t.to_local() if hasattr(t, "to_local") else t
-        storage = local.untyped_storage()
+        try:
+            storage = (t.to_local() if hasattr(t, "to_local") else t).untyped_storage()
+        except (RuntimeError, ReferenceError):  # tensors without storage (sparse, functional wrappers)
+            continue
         if storage.nbytes():
             found[storage.data_ptr()] = storage.nbytes()
     return found
@@ -74,6 +67,7 @@ class MemoryCount:
         self.strategy, self.before_model = strategy, before_model
         self.counts: dict[str, int] = {}
         self.saved: dict[int, int] = {}
+        self.saved_total = 0  # bytes of `saved`, kept as packs arrive (no re-summing per tensor)
         self.activations = 0
         self._hooks = []
 
@@ -87,14 +81,17 @@ class MemoryCount:
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         try:
             storage = tensor.untyped_storage()
-            self.saved[storage.data_ptr()] = storage.nbytes()
-            self.activations = max(self.activations, sum(self.saved.values()))
         except RuntimeError:
-            pass
+            return tensor
+        if storage.data_ptr() not in self.saved:
+            self.saved[storage.data_ptr()] = storage.nbytes()
+            self.saved_total += storage.nbytes()
+            self.activations = max(self.activations, self.saved_total)
         return tensor
 
     def step_done(self) -> None:
         self.saved.clear()  # what one step saved is freed by its backward
+        self.saved_total = 0
 
     def _count(self, optimizer: torch.optim.Optimizer) -> None:
         module = self.strategy.module
