@@ -40,11 +40,12 @@ from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import wrap_file
 
+from zoo.cards import SHA256_PATTERN
 from zoo.errors import ZooError
 
 _STORAGE = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
 _BATCH = re.compile(r"/objects/batch$")
-_OID = re.compile(r"^[0-9a-f]{64}$")
+_OID = re.compile(SHA256_PATTERN)
 MIN_SECRET_LENGTH = 32
 DEFAULT_MAX_OBJECT = 2 * 2**30  # 2 GiB: the largest zoo files are a few hundred MiB
 DEFAULT_MAX_BATCH_BODY = 2**20  # 1 MiB: ~10,000 objects per batch request
