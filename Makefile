@@ -56,12 +56,12 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	touch $(STAMP)
 
 # The main job on an embedded default: train digits-cnn quantization-aware under torchrun (2 processes,
-# gloo on CPU), then get the catalog entry (fetched from the configured LFS remote, or rebuilt by its
-# recipe when no remote has it) and measure every variant with onnxruntime.
+# gloo on CPU), then get the catalog entry (fetched from the configured LFS stores, or built from its recipe at the
+# card's commit when no store has it, verified like a download) and measure it with onnxruntime.
 quickstart: setup
 	$(BIN)/torchrun --standalone --nproc_per_node 2 launchers/ddp.py --recipe qat-int8 --output-dir runs/quickstart
-	$(BIN)/zoo fetch digits-cnn --variant int8-qat || $(BIN)/zoo build digits-cnn
-	$(BIN)/zoo evaluate digits-cnn
+	$(BIN)/zoo fetch digits-cnn --variant int8-qat --build
+	$(BIN)/zoo evaluate digits-cnn --variant fp32 --variant int8-qat
 
 # The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.

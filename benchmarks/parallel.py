@@ -52,7 +52,9 @@ LAYOUTS = {
     # Half the global batch in one process: the step time of perfect 2-way data parallelism (compute only).
     "1 process at half batch": ("ddp.py", 1, ["global_batch_size=8"]),
     "ddp": ("ddp.py", 2, []),
-    "fsdp": ("fsdp.py", 2, []),
+    "fsdp": ("fsdp.py", 2, []),  # the recipe's default: every block but the last resharded after forward
+    "fsdp resharding every block": ("fsdp.py", 2, ["parallelism.fsdp_reshard_after_forward=all"]),
+    "fsdp without resharding": ("fsdp.py", 2, ["parallelism.fsdp_reshard_after_forward=none"]),
     "zero1": ("deepspeed.py", 2, ["parallelism.strategy=zero1"]),
     "zero2": ("deepspeed.py", 2, ["parallelism.strategy=zero2"]),
     "zero3": ("deepspeed.py", 2, ["parallelism.strategy=zero3"]),
@@ -98,7 +100,7 @@ def run_layout(tmp: Path, name: str, steps: int, batch: int) -> dict:
     return {"processes": nproc, "strategy": summary["strategy"], "num_params": summary["num_params"],
             # The first two steps warm up; the last two are counted (zoo.train.memory), which costs time.
             "step_seconds": statistics.median(phase["step_seconds"][2:-2]),
-            "memory_mib": phase["memory_mib"],
+            "memory_mib": phase["memory_mib"], "cpu_seconds_per_step": phase["cpu_seconds_per_step"],
             "peak_rss_mib": phase["peak_rss_mib"], "baseline_rss_mib": summary["baseline_rss_mib"],
             "model_state_mib_per_rank": model_mib, "final_loss": phase["final_loss"]}
 
@@ -129,7 +131,7 @@ def main() -> None:
         if theory:
             r["theory_model_state_mib"] = theory(r["processes"]) * n_params / 2**20
     report = {"model": "bert (12 layers, hidden 512)", "allocator": allocator_env().get("LD_PRELOAD", "system malloc"), "num_params": n_params, "global_batch": args.global_batch,
-              "cpu": cpu_label(), "sequence_length": SEQUENCE, "layers": 12, "hidden": 512,
+              "cpu": cpu_label(), "cores": os.cpu_count(), "sequence_length": SEQUENCE, "layers": 12, "hidden": 512,
               "steps": args.steps, "threads_per_process": 1, "layouts": results}
     atomic_write_text(RESULTS / "parallel.json", json.dumps(report, indent=2) + "\n")
     render(report)
@@ -168,6 +170,7 @@ def render(report: dict) -> None:
                      f"| {versus} | {max(r['model_state_mib_per_rank']):.0f} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
     lines += goals(results)
     lines += explain(results, n_params)
+    lines += cpu_clock_section(results, report.get("cores"))
     lines += scaling_section(report)
     atomic_write_text(RESULTS / "parallel.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -206,13 +209,15 @@ def explain(results: dict, n_params: int) -> list[str]:
     """What the numbers say, from the numbers."""
     lines = ["", "## What the categories show", ""]
     master = {name: max(r["memory_mib"]["master_weights"]) for name, r in results.items()
-              if "error" not in r and r.get("memory_mib") and max(r["memory_mib"]["master_weights"]) > 0}
+              if "error" not in r and r.get("memory_mib") and name in SHARDED}
     if master:
-        lines.append("- **DeepSpeed keeps an fp32 master copy even of an fp32 model**: " + ", ".join(
-            f"{name} {mib:.0f} MiB" for name, mib in master.items()) + f" per rank (4 bytes per parameter / N = "
-            f"{4 * n_params / 2 / 2**20:.0f} MiB at N = 2). Its ZeRO optimizers are written for mixed precision, "
-            "where this copy is part of the paper's 12 bytes of optimizer state; with fp32 weights the paper's "
-            "16-byte accounting has no such copy, so DeepSpeed's model states are 4/N bytes per parameter above it.")
+        lines.append("- **No fp32 master copy of an fp32 model**: " + ", ".join(
+            f"{name} {mib:.0f} MiB" for name, mib in master.items()) + " of master weights per rank. DeepSpeed's ZeRO "
+            "optimizers are written for mixed precision and clone each rank's partition into an fp32 master even when "
+            f"the model is fp32 (4 bytes per parameter / N = {4 * n_params / 2 / 2**20:.0f} MiB at N = 2: ZeRO-3 would "
+            "hold 20/N bytes per parameter, not 16/N); `zoo.train.parallel.deepspeed.share_fp32_master` points the "
+            "master at the model's own "
+            "partition instead, so the optimizer steps the weights in place.")
     default = results.get("zero3 DeepSpeed default buffers", {})
     derived = results.get("zero3", {})
     if "error" not in default and "error" not in derived and default and derived:
@@ -228,22 +233,49 @@ def explain(results: dict, n_params: int) -> list[str]:
                          f"{system['step_seconds']:.2f} s. glibc strands freed blocks in per-thread arenas and heap gaps "
                          "(its mmap threshold grows after large frees), so its resident set keeps allocator history; "
                          "`zoo train` and this benchmark start workers on jemalloc (`zoo.train.memory.allocator_env`).")
-    ideal = results.get("1 process at half batch", {}).get("step_time_vs_1_process")
-    if ideal is not None:
-        volume = {"ddp": 2.0, "horovod": 2.0, "zero1": 2.0, "zero2": 2.0, "fsdp": 3.0, "zero3": 3.0}
-        over = [f"{name} +{r['step_time_vs_1_process'] - ideal:.2f}x ({volume[name] * 0.5 * 4 * n_params / 2**20:.0f} MiB "
-                "moved per rank per step)" for name, r in results.items()
-                if name in volume and "error" not in r and r.get("step_time_vs_1_process") is not None]
-        lines.append(f"- **Where the step time goes**: one process with half the global batch — the compute of one "
-                     f"rank under perfect 2-way data parallelism — takes {ideal:.2f}x the full-batch step, so DDP's "
-                     "0.6x goal leaves almost nothing for communication. Above that ideal: " + ", ".join(over) +
-                     ". Ring collectives move 2(N-1)/N of the gradients per rank for DDP, Horovod and ZeRO-1/2 "
-                     "(reduce-scatter + all-gather), 3(N-1)/N for ZeRO-3 and FSDP (parameters gathered for forward and "
-                     "again for backward, gradients reduce-scattered). On 2 CPU cores both cores run a rank's compute, "
-                     "so gloo's copies and reductions take cycles from it: overlap hides latency, not work, unlike on "
-                     "GPUs where NCCL runs on separate hardware.")
     lines.append("- **RSS vs live tensors**: the resident set also holds the Python runtime and the libraries' own "
                  "allocations; the live-tensor columns are what the layout needs.")
+    return lines
+
+
+VOLUME = {"ddp": 2.0, "horovod": 2.0, "zero1": 2.0, "zero2": 2.0, "fsdp": 3.0, "zero3": 3.0}  # x params/N bytes
+
+
+def cpu_clock_section(results: dict, cores: int | None) -> list[str]:
+    """Where each layout's step time goes, from every rank's CPU clocks (zoo.train.trainer.cpu_profile)."""
+    rows = [r for r in results.values() if "error" not in r and r.get("cpu_seconds_per_step")]
+    if not rows or not cores:
+        return []
+    lines = ["", "## Where the step time goes (CPU clocks of every rank, median step)", "",
+             "Training thread: the thread running forward, backward and the optimizer step (1 intra-op thread per "
+             "process): the compute plus Python. Other threads: the communication libraries' workers (gloo, Horovod, "
+             "DeepSpeed) doing the copies and reductions of collectives. Waiting: wall time the training thread spent "
+             f"blocked on them. Machine busy: all ranks' CPU seconds over wall time x {cores} cores.", "",
+             "| layout | wall s | training thread s | other threads s | waiting s | machine busy | moved per rank |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    n_params = next(r["num_params"] for r in rows)
+    for name, r in results.items():
+        cpu = r.get("cpu_seconds_per_step")
+        if "error" in r or not cpu:
+            continue
+        main, other = max(cpu["main_thread"]), max(cpu["other_threads"])
+        busy = sum(cpu["main_thread"]) + sum(cpu["other_threads"])
+        wall = r["step_seconds"]
+        moved = VOLUME.get(r["strategy"])
+        moved_text = f"{moved * 4 * n_params / r['processes'] / 2**20:.0f} MiB" if moved and r["processes"] > 1 else "-"
+        lines.append(f"| {name} | {wall:.2f} | {main:.2f} | {other:.2f} | {max(0.0, wall - main):.2f} | "
+                     f"{min(busy / (wall * cores), 9.99):.0%} | {moved_text} |")
+    ideal = results.get("1 process at half batch", {})
+    if "step_time_vs_1_process" in ideal:
+        lines += ["", f"- One process with half the global batch — one rank's compute under perfect 2-way data "
+                  f"parallelism — takes {ideal['step_time_vs_1_process']:.2f}x the full-batch step: DDP's 0.6x goal "
+                  "leaves almost nothing for moving the gradients. Ring collectives move 2(N-1)/N of the gradients "
+                  "per rank for DDP, Horovod and ZeRO-1/2 (reduce-scatter + all-gather), 3(N-1)/N for ZeRO-3 and FSDP "
+                  "(parameters gathered for forward and again for backward, gradients reduce-scattered).",
+                  f"- With as many ranks as cores ({cores}), the training threads alone keep the machine busy; the "
+                  "communication threads' copies and reductions then run on the same cores and add to the step "
+                  "instead of hiding behind backward: overlap hides latency, not work. On GPUs, NCCL's transfers run "
+                  "on copy engines and NVLink beside the kernels, which is what the scaling model below assumes."]
     return lines
 
 

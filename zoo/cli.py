@@ -170,9 +170,14 @@ def fetch(
     fastest: bool = typer.Option(False, "--fastest", help="The variant with the lowest latency on the card (CPU and "
                                  "threads it names) whose accuracy is within its tolerance of fp32."),
     batch: int = typer.Option(1, help="With --fastest: the batch size you will run, 1 or 32."),
+    build: Optional[bool] = typer.Option(None, "--build/--no-build", help="When no store has a file only training "
+                                         "makes (fp32, int8-qat): build it from the recipe at the card's commit, or "
+                                         "never (default: ZOO_BUILD_ON_MISS = ask | always | never; ask asks on a "
+                                         "terminal and refuses elsewhere)."),
 ) -> None:
     """Get a model's weights, verified by sha256: checkout, cache, the configured LFS stores; derived variants
-    (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked."""
+    (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked; with --build,
+    files no store has are built from the entry's recipe and verified the same way."""
     from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     if fastest:
@@ -185,14 +190,15 @@ def fetch(
                   f"with {c.variants[variant].speed.threads} thread(s) on {c.training.cpu.model if c.training.cpu else 'the build CPU'})",
                   markup=False, highlight=False)
     result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
-                           opset=opset)
+                           opset=opset, build=build)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
     card = catalog.get_card(name)
     print(result.path)
     print(f"  size {result.size:,} bytes  sha256 {result.sha256}  source: {result.source}")
-    print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured for the card)")
+    measured = "by the local build" if result.source.startswith("rebuilt locally") else "for the card"
+    print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured {measured})")
 
 
 @app.command()

@@ -28,6 +28,7 @@ from zoo.data import load_dataset
 from zoo.fsutil import atomic_write_text, human_size
 from zoo.models import build_model
 from zoo.recipes import Recipe, load_recipe
+from zoo.store.rebuild import buildable
 from zoo.variants import KINDS, kind_of
 
 matplotlib.use("Agg")  # files only, never a window
@@ -232,6 +233,9 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     if built:
         lines += ["", "## Get it", "", "```bash"]
         lines += [f"zoo fetch {c.name} --variant {key}" for key in built]
+        if buildable(c):
+            lines.append(f"zoo fetch {c.name} --build   # no store has it: built from the recipe at the card's commit, "
+                         "verified")
         lines += ["```"]
         lines += use_it(c)
     lines += ["", "## Train it", "", "```bash"]

@@ -64,6 +64,10 @@ class Parallelism(Strict):
     tensor_parallel_size: int = Field(2, ge=1)  # dp-tp: ranks per tensor-parallel group (tp: all ranks)
     pipeline_stages: int = Field(2, ge=2)  # pp-dp and ds-pp: stages per pipeline (pp: one stage per rank)
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"  # torch.distributed.pipelining schedule
+    # fsdp: free each block's gathered parameters after its forward (ZeRO-3: gathered again for backward) for "all"
+    # blocks, "all-but-last" (backward starts with the last block: no free-and-gather-again; torchtitan's choice),
+    # or "none" (keep them until backward: ZeRO-2 memory, one all-gather per step fewer).
+    fsdp_reshard_after_forward: Literal["all", "all-but-last", "none"] = "all-but-last"
     # Merged over the DeepSpeed config generated from the recipe (e.g. {zero_optimization: {reduce_bucket_size: 5e6}}).
     deepspeed: dict = Field(default_factory=dict)
 

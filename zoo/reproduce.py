@@ -7,6 +7,7 @@ whether those match, so a difference can be told apart from a broken promise.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -77,8 +78,8 @@ def _processes(command: str) -> int:
     return int(match.group(1)) if match else 2
 
 
-def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduction:
-    """Rebuild `entry` at its recorded commit and compare the bytes; raises ZooError when it cannot even start."""
+def require_card_commit(entry: Entry) -> str:
+    """The clean commit the card's build recorded, present in this clone; else a ZooError saying what to do."""
     t = entry.card.training
     if not t.git_commit or t.reproducible is False:
         why = "was built from uncommitted changes (--allow-dirty)" if t.reproducible is False else "records no commit"
@@ -86,32 +87,53 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
     if not commit_available(t.git_commit):
         raise ZooError(f"commit {t.git_commit} (the card's build) is not in this clone: `git fetch` it "
                        "(a shallow clone lacks history)")
+    return t.git_commit
+
+
+@contextlib.contextmanager
+def card_worktree(commit: str, path: Path):
+    """A detached git worktree of `commit` at `path`, removed afterwards; one left by a killed run is replaced."""
+    _remove_worktree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(path), commit], cwd=REPO_ROOT, check=True,
+                   capture_output=True)
+    try:
+        yield path
+    finally:
+        _remove_worktree(path)
+
+
+def _remove_worktree(path: Path) -> None:
+    if path.exists():
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO_ROOT, capture_output=True)
+        shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True)
+
+
+def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduction:
+    """Rebuild `entry` at its recorded commit and compare the bytes; raises ZooError when it cannot even start."""
+    t = entry.card.training
+    require_card_commit(entry)
     expected = card_files(entry)
-    with tempfile.TemporaryDirectory(prefix=f"zoo-reproduce-{entry.name}-", dir=scratch) as tmp:
-        worktree = Path(tmp) / "src"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktree), t.git_commit], cwd=REPO_ROOT,
-                       check=True, capture_output=True)
-        try:
-            env = {**os.environ, "PYTHONPATH": str(worktree)}
-            in_catalog = entry.dir.resolve().is_relative_to((REPO_ROOT / "zoo" / "entries").resolve())
-            if in_catalog:  # the card as it was at that commit, in the worktree's own catalog
-                env.pop("ZOO_ENTRIES", None)
-                built_dir = worktree / "zoo" / "entries" / entry.name
-            else:  # an entry kept elsewhere (ZOO_ENTRIES): its card, built by that commit's code
-                built_dir = Path(tmp) / "entries" / entry.name
-                built_dir.mkdir(parents=True)
-                shutil.copyfile(entry.dir / CARD_FILE, built_dir / CARD_FILE)
-                env["ZOO_ENTRIES"] = str(built_dir.parent)
-            command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
-                       "--nproc", str(_processes(t.command))]
-            log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
-            result = subprocess.run(command, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
-            if result.returncode != 0:
-                raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
-            rebuilt = load_card(built_dir / CARD_FILE)
-            files = [FileCheck(f, sha, _sha(built_dir / f)) for f, sha in expected.items()]
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO_ROOT, capture_output=True)
-            subprocess.run(["git", "worktree", "prune"], cwd=REPO_ROOT, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix=f"zoo-reproduce-{entry.name}-", dir=scratch) as tmp, \
+            card_worktree(t.git_commit, Path(tmp) / "src") as worktree:
+        env = {**os.environ, "PYTHONPATH": str(worktree)}
+        in_catalog = entry.dir.resolve().is_relative_to((REPO_ROOT / "zoo" / "entries").resolve())
+        if in_catalog:  # the card as it was at that commit, in the worktree's own catalog
+            env.pop("ZOO_ENTRIES", None)
+            built_dir = worktree / "zoo" / "entries" / entry.name
+        else:  # an entry kept elsewhere (ZOO_ENTRIES): its card, built by that commit's code
+            built_dir = Path(tmp) / "entries" / entry.name
+            built_dir.mkdir(parents=True)
+            shutil.copyfile(entry.dir / CARD_FILE, built_dir / CARD_FILE)
+            env["ZOO_ENTRIES"] = str(built_dir.parent)
+        command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
+                   "--nproc", str(_processes(t.command))]
+        log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
+        result = subprocess.run(command, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
+        if result.returncode != 0:
+            raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
+        rebuilt = load_card(built_dir / CARD_FILE)
+        files = [FileCheck(f, sha, _sha(built_dir / f)) for f, sha in expected.items()]
     differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
     return Reproduction(entry.name, t.git_commit, files, rebuilt, differences)

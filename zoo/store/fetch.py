@@ -3,7 +3,9 @@
 Order: the real file in the checkout, the local cache, then each configured store. A download is
 taken under a per-object file lock, so concurrent fetches of one object download it once. A derived
 variant (int8-ptq, fp16, ort-training, another opset) that no store has is made from the fetched fp32
-file and checked against the card's sha256 before it is cached, like a download.
+file and checked against the card's sha256 before it is cached, like a download. A file only the training run makes
+(fp32, int8-qat) that no store has can be built from the entry's recipe at the card's commit, when allowed
+(zoo.store.rebuild: --build/--no-build, ZOO_BUILD_ON_MISS).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
+from zoo.store.rebuild import build_on_miss, buildable, local_build, plan
 from zoo.store.remotes import NotOnRemote, open_remote
-from zoo.variants import made_from_fp32
+from zoo.variants import kind_of, made_from_fp32
 
 
 @dataclass
@@ -120,36 +123,52 @@ def fetch(
     show_progress: bool = True,
     rate_limit: float | None = None,
     opset: int | None = None,
+    build: bool | None = None,
 ) -> FetchResult:
     """Fetch one variant of a zoo model; returns where its verified bytes are. `opset`: the fp32 weights at
-    another opset (re-exported through the family's torch model when no store has that file)."""
+    another opset (re-exported through the family's torch model when no store has that file). `build`: whether a
+    file no store has may be built from the entry's recipe (None: ZOO_BUILD_ON_MISS, default ask)."""
     entry = get_entry(name)
     if opset is not None:
         if variant != "fp32":
             raise ZooError(f"--opset re-exports the fp32 weights; it cannot be combined with --variant {variant}")
-        return _deliver(_fetch_opset(entry, opset, remotes, show_progress, rate_limit), dest)
+        return _deliver(_fetch_opset(entry, opset, remotes, show_progress, rate_limit, build), dest)
     spec = entry.variant(variant)
     if not spec.built:
         raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet.{build_hint(entry)}")
     pointer = Pointer(spec.sha256, spec.size)
     path, source, resumed_from = _fetch_or_derive(entry, variant, None, pointer, f"{name} {variant}",
-                                                  entry.variant_path(variant), remotes, show_progress, rate_limit)
+                                                  entry.variant_path(variant), remotes, show_progress, rate_limit, build)
     result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics))
+    if source.startswith("rebuilt locally") and (kept := local_build(spec.sha256)) is not None and kept[0] == path:
+        record = kept[1]  # other bytes than the card's (zoo.store.rebuild): say which, and what they measured
+        result.sha256, result.size = record.sha256, record.size
+        result.metrics[entry.card.primary_metric] = record.accuracy
     return _deliver(result, dest, Path(spec.file).name)
 
 
 def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer, label: str, checkout: Path,
-                     remotes, show_progress: bool, rate_limit) -> tuple[Path, str, int]:
+                     remotes, show_progress: bool, rate_limit, build: bool | None = None) -> tuple[Path, str, int]:
     """Download the object; when no store has it and it is made from fp32 (a derived variant, or an opset the card
-    lists), make it from the fetched fp32 file and admit it only if it has the card's bytes."""
+    lists), make it from the fetched fp32 file and admit it only if it has the card's bytes; when only the training
+    run makes it, build it from the recipe if allowed (zoo.store.rebuild)."""
     variant = entry.variant(key)
     try:
         return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes, build_hint=build_hint(entry),
                             show_progress=show_progress, rate_limit=rate_limit)
-    except ObjectNotFoundError:
+    except ObjectNotFoundError as missing:
         if opset is None and not made_from_fp32(key, variant):
-            raise
-    fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit).path
+            if kind_of(key, variant).made != "training":
+                raise
+            path, source = build_on_miss(entry, key, pointer, label, missing, build,
+                                         lambda m: Console(stderr=True, soft_wrap=True).print(m, markup=False, highlight=False))
+            return path, source, 0
+    fp32_result = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit,
+                        build=build)
+    if fp32_result.sha256 != entry.variant("fp32").sha256:
+        raise IntegrityError(f"{label} is made from the fp32 file, and the fp32 file here is a local rebuild with "
+                             f"other bytes than the card's ({fp32_result.source}): fetch it from a store that has it")
+    fp32 = fp32_result.path
     from zoo.variants.make import derive  # lazy: torch + onnxruntime (~5 s), only when a file must be made here
     from zoo.variants.opsets import Origin  # lazy: as above; a fetch from the cache or a store stays ~0.5 s
 
@@ -188,12 +207,14 @@ def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None
     return result
 
 
-def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_limit) -> FetchResult:
+def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_limit,
+                 build: bool | None = None) -> FetchResult:
     """The fp32 weights at `opset`: the card's file when it lists that opset (sha256-checked, from a store or made
     here), else re-exported here and checked to predict fp32's labels on the entry's test set before it is served."""
     spec = entry.variant("fp32")
     if opset == spec.opset:
-        return fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit)
+        return fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit,
+                     build=build)
     low, high = spec.opset_range or (spec.opset, spec.opset)
     if opset not in spec.extra_opsets and not low <= opset <= high:
         raise ZooError(f"'{entry.name}' exports at opsets {low}-{high} (measured by `zoo build`); {opset} is outside it")
@@ -202,10 +223,10 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
         checkout = entry.dir / spec.extra_opsets[opset]
         pointer = read_pointer(checkout) or pointer_for(checkout)
         path, source, resumed = _fetch_or_derive(entry, "fp32", opset, pointer, label, checkout, remotes,
-                                                 show_progress, rate_limit)
+                                                 show_progress, rate_limit, build)
         return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid, source, resumed,
                            dict(spec.metrics))
-    fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress).path
+    fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, build=build).path
     from zoo.variants.opsets import Origin, reexport_checked  # lazy: torch + onnxruntime, only to make the file
 
     cache = ObjectCache()
@@ -220,6 +241,8 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
 
 def build_hint(entry: Entry) -> str:
     t = entry.card.training
+    if buildable(entry.card):
+        return f"\nOr build it from its recipe: `zoo fetch {entry.name} --build` ({plan(entry)})."
     how = f"zoo import {entry.name} --from <checkpoint dir>" if t.imported_from and not t.import_source \
         else f"zoo build {entry.name}"
     took = f" (the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'}, " \

@@ -79,13 +79,14 @@ class MemoryCount:
         self._saved_hooks.__enter__()
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        try:
+        try:  # tensor subclasses (DTensor, functional wrappers) may have no storage of their own
             storage = tensor.untyped_storage()
+            pointer, size = storage.data_ptr(), storage.nbytes()
         except RuntimeError:
             return tensor
-        if storage.data_ptr() not in self.saved:
-            self.saved[storage.data_ptr()] = storage.nbytes()
-            self.saved_total += storage.nbytes()
+        if pointer not in self.saved:
+            self.saved[pointer] = size
+            self.saved_total += size
             self.activations = max(self.activations, self.saved_total)
         return tensor
 

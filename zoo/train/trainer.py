@@ -13,6 +13,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class Phase:
     step_seconds: list[float] = field(default_factory=list)
     peak_rss_mib: list[float] = field(default_factory=list)  # per rank, at the end of training (before export)
     memory: dict[str, list[float]] | None = None  # MiB by category in the last two steps, per rank (zoo.train.memory)
+    # CPU seconds each step used on this rank: all threads, and the training (main) thread alone
+    step_cpu: list[tuple[float, float]] = field(default_factory=list)
+    cpu_seconds: dict[str, list[float]] | None = None  # per rank: median per step (`cpu_profile`)
     ranks_consistent: bool | None = None
 
 
@@ -138,13 +142,14 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
                 counter.start()
             strategy.set_lr(lr_at(step, phase, recipe.schedule.name))
             batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
-            tick = time.perf_counter()
+            tick, cpu_tick, thread_tick = time.perf_counter(), time.process_time(), time.thread_time()
             step_loss = strategy.step(batches, loss_scale)
             if after_step is not None:
                 after_step()
             if counter is not None:
                 counter.step_done()
             phase.step_seconds.append(time.perf_counter() - tick)
+            phase.step_cpu.append((time.process_time() - cpu_tick, time.thread_time() - thread_tick))
             if not strategy.reports_loss:
                 step_loss = torch.zeros((), dtype=torch.float64)
             loss = float(ctx.all_reduce_sum(step_loss)) / recipe.global_batch_size
@@ -161,6 +166,7 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
     if counter is not None and counter.counts:
         phase.memory = {category: per_rank(mib, ctx) for category, mib in counter.stop().items()}
     phase.peak_rss_mib = per_rank(peak_rss_mib(), ctx)
+    phase.cpu_seconds = {key: per_rank(value, ctx, digits=4) for key, value in cpu_profile(phase.step_cpu).items()}
     strategy.train(False)
     trained = strategy.full_model(model)
     strategy.finish()
@@ -182,11 +188,25 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def per_rank(value: float, ctx: DistContext) -> list[float]:
+def per_rank(value: float, ctx: DistContext, digits: int = 1) -> list[float]:
     """`value` from every rank, in rank order (on every rank)."""
     slots = torch.zeros(ctx.world_size, dtype=torch.float64)
     slots[ctx.rank] = value
-    return [round(v, 1) for v in ctx.all_reduce_sum(slots).tolist()]
+    return [round(v, digits) for v in ctx.all_reduce_sum(slots).tolist()]
+
+
+def cpu_profile(step_cpu: list[tuple[float, float]]) -> dict[str, float]:
+    """Where one rank's step time went, from the CPU clocks (median step; the first two and last two steps left
+    out when there are more than four: warm-up and memory counting). `main_thread`: CPU seconds of the thread that
+    runs forward, backward and the optimizer (one intra-op thread per process: the compute, plus Python);
+    `other_threads`: CPU seconds of every other thread — the communication libraries' workers (gloo, Horovod,
+    DeepSpeed), which do the copies and reductions of collectives. Wall time minus `main_thread` is what the
+    training thread spent waiting for them."""
+    kept = step_cpu[2:-2] if len(step_cpu) > 4 else step_cpu
+    if not kept:
+        return {"main_thread": 0.0, "other_threads": 0.0}
+    return {"main_thread": statistics.median(t for _, t in kept),
+            "other_threads": statistics.median(max(0.0, p - t) for p, t in kept)}
 
 
 def ranks_agree(model: torch.nn.Module, ctx: DistContext, tolerance: float = 1e-6) -> bool:
@@ -314,6 +334,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
                                              final_loss=p.losses[-1] if p.losses else None, losses=p.losses,
                                              step_seconds=[round(t, 4) for t in p.step_seconds],
                                              peak_rss_mib=p.peak_rss_mib, memory_mib=p.memory,
+                                             cpu_seconds_per_step=p.cpu_seconds,
                                              ranks_consistent=p.ranks_consistent)
                         for p in phases},
                 baseline_rss_mib=baseline_rss, torch_accuracy=torch_metrics, variants=variants,

@@ -42,6 +42,43 @@ def buffer_sizes(num_params: int, stage: int) -> dict:
     return sizes
 
 
+def share_fp32_master(zero_optimizer) -> int:
+    """Let DeepSpeed's ZeRO optimizer step the model's own fp32 partition instead of a private copy of it.
+
+    DeepSpeed's ZeRO optimizers are written for mixed precision: each rank steps an fp32 "master" copy of its
+    partition and copies the result back into the model's (bf16/fp16) partition. With fp32 weights that copy holds
+    the same numbers as the partition it was cloned from: 4/N bytes per parameter above the ZeRO accounting (measured
+    in benchmarks/results/parallel.md). DeepSpeed 0.19 means to reuse the partition when dtypes and devices match
+    (ZeRO-3), but compares a torch.device with a device string, which never holds, so it always clones.
+    Here the master tensors (same objects, so optimizer groups and state keys stay valid) are pointed at the model's
+    partition storage; the copy back after each step becomes a copy onto itself. ZeRO-1/2's per-parameter links into
+    the master (used by `safe_get_full_fp32_param` and checkpoints) are rebuilt. Offloaded, NVMe-swapped and
+    mixed-precision partitions are left alone. Returns the bytes freed on this rank."""
+    import deepspeed.comm as ds_dist  # lazy: optional and heavy (DeepSpeed); only its strategies need it
+
+    if getattr(zero_optimizer, "offload_optimizer", False) or getattr(zero_optimizer, "cpu_offload", False):
+        return 0
+    if hasattr(zero_optimizer, "fp32_partitioned_groups_flat"):  # ZeRO-3
+        pairs = list(zip(zero_optimizer.fp32_partitioned_groups_flat, zero_optimizer.fp16_partitioned_groups_flat))
+    elif hasattr(zero_optimizer, "single_partition_of_fp32_groups"):  # ZeRO-1/2 (and DeepSpeed's pipeline)
+        pairs = [(master, zero_optimizer.parallel_partitioned_bit16_groups[i][
+                     ds_dist.get_rank(group=zero_optimizer.real_dp_process_group[i])])
+                 for i, master in enumerate(zero_optimizer.single_partition_of_fp32_groups)]
+    else:
+        return 0
+    freed = 0
+    for master, own in pairs:
+        if (master is own or master.numel() == 0 or master.dtype != own.dtype or master.device != own.device
+                or master.shape != own.shape or master.untyped_storage().data_ptr() == own.untyped_storage().data_ptr()
+                or not torch.equal(master, own)):
+            continue
+        freed += master.untyped_storage().nbytes()
+        master.data = own.data
+    if freed and hasattr(zero_optimizer, "_link_all_hp_params"):
+        zero_optimizer._link_all_hp_params()
+    return freed
+
+
 def deepspeed_config(recipe, stage: int, dp_size: int, micro: int, accumulation: int,
                      num_params: int | None = None) -> dict:
     config = {
@@ -102,6 +139,7 @@ class _DeepSpeedBase(Strategy):
         optimizer = make_optimizer(self.recipe, params, lr)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                  model_parameters=params, config=self.config)
+        share_fp32_master(self.optimizer)
         self.module = self.engine
         if self.ctx.is_main and getattr(self, "output_dir", None):
             (self.output_dir / "deepspeed_config.json").write_text(json.dumps(self.config, indent=2) + "\n")

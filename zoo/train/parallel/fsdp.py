@@ -21,10 +21,14 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=LOW_PRECISION.get(precision), reduce_dtype=torch.float32)
 
 
-def shard_blocks(model: torch.nn.Module, mesh, precision: str) -> torch.nn.Module:
+def shard_blocks(model: torch.nn.Module, mesh, precision: str, reshard: str = "all-but-last") -> torch.nn.Module:
+    """`fully_shard` each block, then the root (which FSDP2 never reshards after forward: backward needs it first).
+    `reshard` is the recipe's `parallelism.fsdp_reshard_after_forward`."""
     policy = mixed_precision(precision)
-    for block in parallel_units(model):
-        fully_shard(block, mesh=mesh, mp_policy=policy)
+    blocks = parallel_units(model)
+    for i, block in enumerate(blocks):
+        keep = reshard == "none" or (reshard == "all-but-last" and i == len(blocks) - 1)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=not keep)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
@@ -50,7 +54,7 @@ class FSDPStrategy(Strategy):
         if not self.ctx.distributed:
             return model
         mesh = init_device_mesh(self.ctx.device.type, (self.ctx.world_size,), mesh_dim_names=("dp",))
-        return shard_blocks(model, mesh, self.recipe.precision)
+        return shard_blocks(model, mesh, self.recipe.precision, self.recipe.parallelism.fsdp_reshard_after_forward)
 
     def accumulating(self, skip_sync: bool):
         if self.ctx.distributed:

@@ -45,7 +45,7 @@ class TensorParallelStrategy(MeshStrategy):
                            "bert and cnn families (use launchers/ddp.py or fsdp.py for this model)")
         parallelize_module(model, self.mesh["tp"], plan_of())
         if self.dp_size > 1:
-            shard_blocks(model, self.mesh["dp"], self.recipe.precision)
+            shard_blocks(model, self.mesh["dp"], self.recipe.precision, self.recipe.parallelism.fsdp_reshard_after_forward)
         return model
 
     def accumulating(self, skip_sync: bool):

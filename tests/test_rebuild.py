@@ -1,0 +1,108 @@
+"""The recipe as the last mirror (zoo.store.rebuild): `zoo fetch` builds a file no store has from the entry's recipe
+at the card's commit, verifies it like a download, resumes a killed build, builds once for concurrent fetches, and
+keeps other bytes apart from the card's. Real builds of digits-cnn (about a minute each) in real git worktrees."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+from zoo import catalog
+from zoo.store.cache import ObjectCache
+
+ENTRY = "digits-cnn"
+
+
+@pytest.fixture
+def no_store(tmp_path, monkeypatch):
+    """The real catalog, an empty cache and no store at all: the recipe is the only mirror."""
+    env = {**os.environ, "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""}
+    env.pop("ZOO_ENTRIES", None)
+    env.pop("ZOO_BUILD_ON_MISS", None)
+    env.pop("ZOO_TEST_FAULT", None)
+    monkeypatch.delenv("ZOO_ENTRIES", raising=False)
+    catalog.reload()
+    card = catalog.get_card(ENTRY)
+    if subprocess.run(["git", "cat-file", "-e", f"{card.training.git_commit}^{{commit}}"], cwd=REPO).returncode:
+        pytest.fail(f"the card's commit {card.training.git_commit} is not in this clone: the tests need full history")
+    yield env, card
+    catalog.reload()
+
+
+def fetch(env: dict, *args: str, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "zoo.cli", "fetch", ENTRY, "--json", *args], cwd=REPO,
+                            env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, dict | None, str]:
+    stdout, stderr = process.communicate(timeout=timeout)
+    return process.returncode, json.loads(stdout) if process.returncode == 0 else None, stderr
+
+
+def test_no_store_and_no_build_gives_the_short_not_found_error(no_store):
+    env, card = no_store
+    for args, extra in [(["--no-build"], {}), ([], {}), ([], {"ZOO_BUILD_ON_MISS": "never"})]:
+        code, _, stderr = finish(fetch(env, *args, **extra), timeout=120)
+        assert code != 0
+        assert f"{ENTRY} fp32 (sha256 {card.variants['fp32'].sha256}) is in no store" in stderr
+        assert "Traceback" not in stderr and "running `torchrun" not in stderr
+    # Not on a terminal, the default (ask) says how to allow the build instead of starting it.
+    _, _, stderr = finish(fetch(env), timeout=120)
+    assert "pass --build (or set ZOO_BUILD_ON_MISS=always)" in stderr and f"zoo fetch {ENTRY} --build" in stderr
+    assert "the card's build took" in stderr
+    code, _, stderr = finish(fetch(env, **{"ZOO_BUILD_ON_MISS": "sometimes"}), timeout=120)
+    assert code != 0 and "ZOO_BUILD_ON_MISS='sometimes' is not one of ask, always, never" in stderr
+    assert not (env_home(env) / "objects").exists() and not (env_home(env) / "builds").exists()
+
+
+def env_home(env: dict) -> Path:
+    return Path(env["ZOO_HOME"])
+
+
+def test_killed_build_resumes_and_concurrent_fetches_build_once(no_store):
+    env, card = no_store
+    cache = ObjectCache(root=env_home(env))
+    # A build killed mid-training (rank 0 dies before step 150; the recipe checkpoints every 100) fails cleanly.
+    code, _, stderr = finish(fetch(env, "--build", ZOO_TEST_FAULT="train-step@0:150"))
+    assert code != 0 and "fetch again to resume" in stderr
+    assert not cache.path(card.variants["fp32"].sha256).exists()  # nothing half-written reached the cache
+    # Two fetches at once: one resumes the build from its checkpoint, the other waits and gets the verified object.
+    first, second = fetch(env, "--build"), fetch(env, "--build", "--variant", "int8-qat")
+    results = [finish(first), finish(second)]
+    for code, result, stderr in results:
+        assert code == 0, stderr[-3000:]
+    logs = results[0][2] + results[1][2]
+    assert logs.count("resuming `torchrun") == 1 and "running `torchrun" not in logs, logs[-3000:]
+    assert "resumed from the checkpoint at step 100" in logs
+    fp32, qat = results[0][1], results[1][1]
+    assert fp32["sha256"] == card.variants["fp32"].sha256 and qat["sha256"] == card.variants["int8-qat"].sha256
+    assert fp32["path"] == str(cache.path(fp32["sha256"])) and qat["path"] == str(cache.path(qat["sha256"]))
+    assert "same sha256 as the card" in fp32["source"] + qat["source"]
+    # Cached like a download: the next fetch needs no store and no build; the build folder is gone.
+    code, again, stderr = finish(fetch(env, "--no-build"), timeout=120)
+    assert code == 0 and again["source"] == "cache"
+    assert not (env_home(env) / "builds").exists() or not any((env_home(env) / "builds").iterdir())
+
+
+def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store):
+    env, card = no_store
+    cache = ObjectCache(root=env_home(env))
+    code, result, stderr = finish(fetch(env, "--build", ZOO_TEST_FAULT="build-cpu@0"))
+    assert code == 0, stderr[-3000:]
+    published = card.variants["fp32"]
+    assert result["source"].startswith("rebuilt locally: differs from the published bytes (CPU ")
+    assert "torch kernels of a CPU without AVX" in result["source"]
+    assert f"vs card {published.metrics['accuracy']:.4f}" in result["source"]
+    assert result["sha256"] != published.sha256
+    assert not cache.path(published.sha256).exists()  # never cached under the card's sha256
+    assert "local-builds" in result["path"]
+    # The local build is served again without another build, still labelled as such.
+    code, again, stderr = finish(fetch(env, "--no-build"), timeout=120)
+    assert code == 0 and again["path"] == result["path"] and again["source"] == result["source"]
+    assert "running `torchrun" not in stderr

@@ -1,0 +1,233 @@
+"""The recipe as the last mirror: when no store has a file the training run makes (fp32, int8-qat), `zoo fetch` can
+run the card's training command at the card's recorded commit (a git worktree, like `zoo reproduce`) and verify the
+result like a download.
+
+- Same sha256 as the card: admitted to the cache as that object, indistinguishable from a download (and every other
+  file of the run that matches its card sha256 with it, so the int8 file of the same run is not built again).
+- Other bytes (another CPU or library version than the card records): never cached under the card's sha256. Kept as
+  a *local build* under $ZOO_HOME/local-builds, served only if the run's own measurement of the entry's test set is
+  within the card's tolerance, and reported as "rebuilt locally: differs from the published bytes (…)".
+
+Never silent: the policy is `--build` / `--no-build` on the command line, else ZOO_BUILD_ON_MISS (ask, always, never;
+default ask: a question on a terminal, a refusal saying how to allow it elsewhere). Concurrent fetches wait on the
+object's download lock and then on one lock per entry build, so one process builds. The run writes into
+$ZOO_HOME/builds/<entry>-<commit>/run with the recipe's checkpoints: a killed build resumes from its last checkpoint
+on the next fetch; nothing reaches the cache or the local builds before it is complete and verified.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import typer
+
+from zoo import faults
+from zoo.cards import ModelCard
+from zoo.catalog import Entry
+from zoo.config import zoo_home
+from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
+from zoo.fsutil import atomic_copy, atomic_write_text
+from zoo.provenance import build_environment, cpu_info, machine_differences
+from zoo.reproduce import card_worktree, require_card_commit
+from zoo.store.cache import ObjectCache
+from zoo.store.pointer import Pointer, pointer_for, sha256_file
+from zoo.train.summary import RunSummary
+
+POLICY_ENV = "ZOO_BUILD_ON_MISS"
+POLICIES = ("ask", "always", "never")
+# ZOO_TEST_FAULT=build-cpu@0: the recipe build runs torch's kernels as a CPU without AVX would (scalar ATen kernels,
+# oneDNN limited to SSE4.1), so the "rebuilt locally: differs" path can be shown on the card's own kind of machine.
+OLD_CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE",
+                   "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+
+
+def policy(allow: bool | None) -> str:
+    """always / never / ask: the command line's --build/--no-build, else ZOO_BUILD_ON_MISS (default ask)."""
+    if allow is not None:
+        return "always" if allow else "never"
+    value = os.environ.get(POLICY_ENV, "ask").strip().lower() or "ask"
+    if value not in POLICIES:
+        raise ZooError(f"{POLICY_ENV}={value!r} is not one of {', '.join(POLICIES)}: set it to one of them or unset it")
+    return value
+
+
+def training_command(card: ModelCard) -> list[str] | None:
+    """The card's training command when it is a plain `torchrun launchers/…` run (None: an import, not rebuildable
+    from the recipe alone)."""
+    command = shlex.split(card.training.command or "")
+    if not command or command[0] != "torchrun" or not any(a.startswith("launchers/") for a in command):
+        return None
+    return command
+
+
+def buildable(card: ModelCard) -> bool:
+    """`zoo fetch --build` can make this card's training files: a clean recorded commit and a torchrun command."""
+    t = card.training
+    return bool(t.git_commit) and t.reproducible is not False and training_command(card) is not None
+
+
+def plan(entry: Entry) -> str:
+    """What a build on a miss would do, and how long the card says it took."""
+    t = entry.card.training
+    took = (f"the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'} "
+            f"({t.threads or 1} thread(s) per process)") if t.build_time_s else "the card records no build time"
+    return f"at commit {t.git_commit[:12]}: `{t.command}` in a git worktree; {took}"
+
+
+@dataclass
+class LocalBuild:
+    """A rebuilt file whose bytes differ from the card's: where it is, and why it is still served."""
+
+    entry: str
+    variant: str
+    card_sha256: str
+    sha256: str
+    size: int
+    file: str  # its name in the record's folder
+    commit: str
+    cpu: str
+    differences: list[str]
+    accuracy: float
+    card_accuracy: float
+    tolerance: float
+
+    def describe(self) -> str:
+        why = "; ".join(self.differences) or "same CPU flags and libraries as the card's build"
+        return (f"rebuilt locally: differs from the published bytes (CPU {self.cpu}; {why}), accuracy "
+                f"{self.accuracy:.4f} vs card {self.card_accuracy:.4f} (tolerance {self.tolerance})")
+
+
+def _local_dir(card_sha256: str) -> Path:
+    return zoo_home() / "local-builds" / card_sha256
+
+
+def local_build(card_sha256: str) -> tuple[Path, LocalBuild] | None:
+    """The local build kept for a card object, if one is there and its file still has the recorded bytes."""
+    folder = _local_dir(card_sha256)
+    try:
+        record = LocalBuild(**json.loads((folder / "local-build.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    path = folder / record.file
+    if not path.is_file() or path.stat().st_size != record.size or sha256_file(path) != record.sha256:
+        return None
+    return path, record
+
+
+def build_on_miss(entry: Entry, key: str, pointer: Pointer, label: str, missing: ObjectNotFoundError,
+                  allow: bool | None, log) -> tuple[Path, str]:
+    """(path, source) of `key` built from the recipe, or `missing` re-raised when the policy or the entry forbids it."""
+    kept = local_build(pointer.oid)
+    if kept is not None:
+        return kept[0], kept[1].describe()
+    if not buildable(entry.card):
+        raise missing
+    decided = policy(allow)
+    if decided == "never":
+        raise missing
+    what = f"{label} is in no store; it can be built from its recipe {plan(entry)}"
+    if decided == "ask":
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise ObjectNotFoundError(f"{missing}\nNot on a terminal, `zoo fetch` builds only when told: pass --build "
+                                      f"(or set {POLICY_ENV}=always)") from None
+        if not typer.confirm(f"{what}. Build it now?", default=False, err=True):
+            raise missing
+    else:
+        log(f"{what}; building it (--build / {POLICY_ENV}=always)")
+    cache = ObjectCache()
+    commit = require_card_commit(entry)
+    folder = zoo_home() / "builds" / f"{entry.name}-{commit[:12]}"
+    with cache.lock(f"build-{entry.name}-{commit}"):
+        # Another fetch may have built it (or another file of the same run) while this one waited.
+        if (hit := cache.get(pointer)) is not None:
+            return hit, "cache"
+        if (kept := local_build(pointer.oid)) is not None:
+            return kept[0], kept[1].describe()
+        out = _run(entry, commit, folder, log)
+        result = _admit(entry, key, pointer, out, commit, log)
+    shutil.rmtree(folder, ignore_errors=True)  # complete: the checkpoints are not needed any more
+    return result
+
+
+def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
+    """Run the card's training command at `commit` into folder/run (resuming from its checkpoints)."""
+    t = entry.card.training
+    out = folder / "run"
+    if (out / "summary.json").is_file():  # a finished run whose files were not admitted yet (killed right after it)
+        try:
+            RunSummary.read(out)
+            return out
+        except (OSError, ValueError):  # unreadable or incomplete: run again
+            pass
+    command = training_command(entry.card)
+    env = build_environment(t.threads or 1, commit)
+    if faults.armed("build-cpu") is not None:
+        env |= OLD_CPU_KERNELS
+    resuming = (out / "checkpoints").is_dir()
+    log(f"[{entry.name}] {'resuming' if resuming else 'running'} `{t.command}` at {commit[:12]} "
+        f"(run folder {out})")
+    with card_worktree(commit, folder / "src") as worktree:
+        env["PYTHONPATH"] = str(worktree)
+        env.pop("ZOO_ENTRIES", None)  # the recipe and model come from the commit's own tree
+        full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out), "--resume"]
+        done = subprocess.run(full, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
+    if done.returncode != 0:
+        raise ZooError(f"building '{entry.name}' from its recipe failed (exit {done.returncode}, output above); "
+                       f"its checkpoints stay in {out}: fetch again to resume")
+    return out
+
+
+def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log) -> tuple[Path, str]:
+    """Every file of the run the card lists: cached when it has the card's bytes, else kept as a local build when its
+    accuracy is within the card's tolerance; then the requested one, or why it cannot be served."""
+    summary = RunSummary.read(out)
+    if key not in summary.variants:
+        raise ZooError(f"the recipe run of '{entry.name}' made no '{key}' file (it made {', '.join(summary.variants)})")
+    cache = ObjectCache()
+    served: dict[str, tuple[Path, str]] = {}
+    refused: dict[str, str] = {}
+    for other, made in summary.variants.items():
+        spec = entry.card.variants.get(other)
+        if spec is None or not spec.built or not (out / made.file).is_file():
+            continue
+        card = Pointer(spec.sha256, spec.size)
+        path = out / made.file
+        got = pointer_for(path)
+        if got == card:
+            log(f"[{entry.name}] {other}: sha256 {got.oid[:12]}… equals the card's: cached as the published object")
+            served[other] = (cache.get(card) or cache.admit(path, card),
+                             f"built from its recipe at {commit[:12]} (same sha256 as the card)")
+            continue
+        record = _local_record(entry, other, card, got, Path(made.file).name, made.accuracy, commit)
+        if math.isnan(record.card_accuracy) or record.accuracy < record.card_accuracy - record.tolerance:
+            refused[other] = record.describe()
+            continue
+        folder = _local_dir(card.oid)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_copy(path, folder / record.file)
+        atomic_write_text(folder / "local-build.json", json.dumps(asdict(record), indent=2) + "\n")  # last
+        log(f"[{entry.name}] {other}: {record.describe()}; kept in {folder}, never under the card's sha256")
+        served[other] = (folder / record.file, record.describe())
+    if key in served:
+        return served[key]
+    raise IntegrityError(f"{entry.name} {key} {refused.get(key, 'was not made by the run')}: outside the card's "
+                         "tolerance, so it is not kept (nothing was cached)")
+
+
+def _local_record(entry: Entry, key: str, card: Pointer, got: Pointer, file: str, accuracy: float,
+                  commit: str) -> LocalBuild:
+    spec, t = entry.card.variants[key], entry.card.training
+    differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+    if faults.armed("build-cpu") is not None:
+        differences.append("torch kernels of a CPU without AVX (ZOO_TEST_FAULT build-cpu) vs the build's AVX2")
+    card_accuracy = spec.metrics.get(entry.card.primary_metric)
+    return LocalBuild(entry.name, key, card.oid, got.oid, got.size, file, commit, cpu_info()["model"], differences,
+                      round(accuracy, 6), float("nan") if card_accuracy is None else card_accuracy, spec.tolerance)
