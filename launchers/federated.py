@@ -1,13 +1,13 @@
-"""Federated launcher: a FedAvg server and N clients that train the zoo's fp32 ONNX with onnxruntime-training.
+"""Federated launcher: the zoo's fp32 ONNX trained by a fleet of onnxruntime-training clients on Flower (FedAvg).
 
-    python launchers/federated.py run --recipe federated-digits [--onnx FILE] [--output-dir D]
-        starts the server and the recipe's clients as separate processes on 127.0.0.1 and reports per round
-    python launchers/federated.py serve --recipe R --port 8123 [--onnx FILE] [--output-dir D]
-    python launchers/federated.py client --recipe R --server http://127.0.0.1:8123 --client-id 0 [--onnx FILE]
+    python launchers/federated.py run --recipe federated-digits [--onnx FILE] [--output-dir D] [key=value ...]
+        a Flower deployment on 127.0.0.1 (SuperLink, one SuperNode per client, `flwr run zoo/federated/app`) with
+        TLS and SuperNode authentication; reports each round next to central training
 
 Without --onnx the base model is the catalog entry named by the recipe's model (`zoo fetch`, sha256-verified).
-The server refuses updates made from another base (sha256) or quantization/precision state, drops clients that
-miss a round's deadline, saves after every round and resumes from the last complete one when restarted.
+The server refuses updates made from another base (sha256) or quantization/precision state, goes on without
+clients that fail or miss a round's timeout, saves after every round and resumes from the last one when run again.
+On several hosts, run the SuperLink, the SuperNodes and `flwr run` yourself (README, "Federated learning").
 """
 
 import sys

@@ -1,15 +1,13 @@
-"""Federated learning over the zoo's ONNX models: FedAvg server and onnxruntime-training clients over HTTP.
+"""Federated learning over the zoo's ONNX models on Flower: onnxruntime-training clients, FedAvg server.
 
-Transport: plain HTTP on 127.0.0.1 (stdlib server, `requests` clients); weights travel as raw float32
-vectors of the trainable parameters (onnxruntime-training's contiguous buffer). A dead client costs
-the round its update, never the global model: the server aggregates whatever valid updates arrived
-by the round deadline. Every update names the base model's sha256 and its quantization/precision
-state; the server refuses mismatches. The server saves its state after each completed round and
-resumes from the last one after a restart.
+The fleet trains the fp32 ONNX file the zoo publishes, without torch: each Flower ClientApp takes local steps on its
+shard with onnxruntime-training; the ServerApp averages the updates (sample-weighted FedAvg, Flower's strategy) and
+refuses updates made from another base model (sha256) or quantization/precision state. A failed client costs the
+round its update, never the global model; the server saves after each round and a restarted run resumes.
 
-Modules: this one (the fleet's data and the state every participant shares), `server` (FedAvg over HTTP, state
-saved per round), `client` (trains its shard with onnxruntime-training) and `run` (what launchers/federated.py
-runs: the server, a client, or both as local processes).
+Modules: this one (the fleet's data and the state every participant shares), `server` (the global model: the rule,
+evaluation, per-round saving and resuming, export), `flower` (the ClientApp, the ServerApp and its strategy) and
+`run` (what launchers/federated.py runs: a local Flower deployment with TLS and node authentication).
 """
 
 from __future__ import annotations

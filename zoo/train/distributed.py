@@ -119,4 +119,7 @@ def shutdown(ctx: DistContext) -> None:
 
         hvd.shutdown()
     elif ctx.distributed and dist.is_initialized():
+        # Together: a rank tearing gloo down while a peer still holds the connection pairs can abort the process
+        # ("terminate called without an active exception"), seen when rank 0 spent longer writing its summary.
+        dist.barrier()
         dist.destroy_process_group()
