@@ -14,12 +14,14 @@ import pytest
 
 from tests.helpers import REPO, train_onnx
 from zoo.export import read_metadata
+from zoo.federated.fleet import write_shard
 from zoo.federated.run import LocalFederation
+from zoo.recipes import load_recipe
 from zoo.store.pointer import sha256_file
 
 LAUNCHER = str(REPO / "launchers" / "federated.py")
 # Short runs: rotated digits (the fleet's new distribution), few local steps, a short timeout for dead clients.
-QUICK = ["federated.rounds=2", "federated.local_steps=15", "federated.round_timeout_s=20"]
+QUICK = ["federated.rounds=2", "federated.local_steps=15", "federated.round_timeout_s=30"]
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +54,13 @@ def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quie
     onnx.save(model, str(relabelled))
     monkeypatch.setenv("ZOO_TEST_FAULT", "federated-client@1:2")
     out, work = tmp_path / "out", tmp_path / "flower"
-    nodes = [f'partition-id={i} base-onnx="{path}" workdir="{work / f"node{i}"}"'
+    overrides = ["federated.clients=4", *QUICK]
+    recipe = load_recipe("federated-digits", overrides)
+    nodes = [f'partition-id={i} base-onnx="{path}" workdir="{work / f"node{i}"}" '
+             f'data="{write_shard(recipe, i, tmp_path / f"shard{i}.npz")}"'
              for i, path in enumerate([base, base, other, relabelled])]
     config = {"recipe": "federated-digits", "base-onnx": str(base), "output-dir": str(out), "tracking": False,
-              "overrides": json.dumps(["federated.clients=4", *QUICK])}
+              "overrides": json.dumps(overrides)}
     with LocalFederation(work, nodes, log=lambda m: None) as federation:
         status = federation.run(config, patience=400)
     assert status == "finished:completed"
@@ -104,6 +109,32 @@ def test_twenty_virtual_clients_on_the_simulation_runtime(tmp_path, base):
     summary = json.loads((tmp_path / "out" / "federated.json").read_text())
     assert summary["rounds"][0]["clients"] == list(range(20))
     assert summary["rounds"][0]["accuracy"] > summary["initial_accuracy"]
+
+
+def test_the_client_trains_where_torch_is_not_installed(tmp_path, base):
+    """A device's client: numpy, onnx, onnxruntime-training and flwr; torch made unimportable in its process."""
+    recipe = load_recipe("federated-digits", QUICK)
+    shard = write_shard(recipe, 0, tmp_path / "shard0.npz")
+    script = f"""
+import sys
+sys.modules["torch"] = None  # as on a device without torch: `import torch` fails, find_spec says absent
+import numpy as np
+from zoo.federated.client import local_update, node_artifacts
+from zoo.ondevice.engine import OnnxTrainer
+from zoo.recipes import load_recipe
+from pathlib import Path
+recipe = load_recipe("federated-digits", {QUICK!r})
+base = Path({str(base)!r})
+held = np.load({str(shard)!r})
+start = OnnxTrainer(node_artifacts(Path({str(tmp_path / "node")!r}), base, "x" * 16), lr=1e-3).parameters()
+params, losses = local_update(recipe, 0, 1, base, start, held["x"], held["y"], Path({str(tmp_path / "node")!r}))
+assert losses[-1] < losses[0] and not np.array_equal(params, start)
+assert sys.modules["torch"] is None and "deepspeed" not in sys.modules
+print("trained without torch", losses[0], losses[-1])
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300,
+                            env={**os.environ, "ZOO_HOME": str(tmp_path / "zoo-home")})
+    assert result.returncode == 0 and "trained without torch" in result.stdout, result.stderr[-3000:]
 
 
 def test_recipe_without_federated_section_is_refused(tmp_path):

@@ -27,6 +27,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 from onnxruntime.transformers.optimizer import optimize_model
 
+from zoo.metadata import read_metadata
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes, replace_into
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, TRAINABLE_KEY, trainable_initializers
@@ -97,10 +98,6 @@ def write_metadata(model: onnx.ModelProto, props: dict[str, str], path: Path) ->
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=props[key]))
     onnx.checker.check_model(model, full_check=True)
     return _atomic_save(model, path)
-
-
-def read_metadata(path: Path) -> dict[str, str]:
-    return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
 
 
 ALIASES_KEY = "zoo.parameter_aliases"

@@ -1,11 +1,11 @@
-"""The zoo's federated learning as a Flower app: a ClientApp that trains the fleet's fp32 ONNX with onnxruntime-training
-(no torch), and a ServerApp running sample-weighted FedAvg with the zoo's fleet-consistency rule.
+"""The zoo's federated server as a Flower ServerApp: sample-weighted FedAvg with the zoo's fleet-consistency rule (the
+ClientApp, which trains the fleet's fp32 ONNX with onnxruntime-training and no torch, is zoo.federated.client).
 
 Run configuration (the app's pyproject.toml, overridden by `flwr run --run-config`): `recipe`, `overrides` (a JSON
 list of key=value recipe overrides), `base-onnx` (the fp32 file the fleet starts from), `output-dir` (server state,
 history, the federated model), `tracking-uri` and `tracking` (MLflow). Node configuration (`flower-supernode
---node-config`): `partition-id` (the client's shard of the recipe's Dirichlet split) and `base-onnx` (that node's copy
-of the fp32 file: its sha256 and metadata are what the server checks).
+--node-config`): `partition-id` (the client's shard of the recipe's Dirichlet split), `data` (that shard, the node's
+own .npz) and `base-onnx` (that node's copy of the fp32 file: its sha256 and metadata are what the server checks).
 
 - Clients reply with their update, its example count (`num-examples`, FedAvg's weight), their losses and a
   ConfigRecord `zoo` naming their base model's sha256 and quantization/precision state; `ZooFedAvg` refuses (and
@@ -20,89 +20,19 @@ of the fp32 file: its sha256 and metadata are what the server checks).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
-from flwr.clientapp import ClientApp
+from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from zoo import faults
-from zoo.config import zoo_home
-from zoo.errors import ZooError
-from zoo.federated import client_split, fleet_data, model_state
+from zoo.federated.client import recipe_of
 from zoo.federated.server import FleetModel, central_baseline, summary_record
 from zoo.fsutil import atomic_write_text
-from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
-from zoo.recipes import load_recipe
-from zoo.store.pointer import sha256_file
 from zoo.train.tracking import Tracker
 
-client_app = ClientApp()
 server_app = ServerApp()
-
-
-def recipe_of(run_config) -> object:
-    recipe = load_recipe(str(run_config["recipe"]), json.loads(str(run_config.get("overrides", "[]"))))
-    if recipe.federated is None:
-        raise ZooError(f"recipe '{recipe.name}' has no federated section (see recipes/federated-digits.yaml)")
-    return recipe
-
-
-# -- the client ----------------------------------------------------------------------------------------------------
-
-@client_app.train()
-def train(msg: Message, context: Context) -> Message:
-    """One round on this node: load the global weights into the node's fp32 training artifacts, take the recipe's
-    local steps on its shard, reply with the update and what it was made from."""
-    quiet_onnxruntime()
-    recipe = recipe_of(context.run_config)
-    cfg = recipe.federated
-    client = int(context.node_config["partition-id"])
-    # A SuperNode names its own copy of the fp32 file; virtual ones (simulation) share the run's.
-    base = Path(str(context.node_config.get("base-onnx") or context.run_config["base-onnx"]))
-    round_number = int(msg.content["config"]["server-round"])
-    base_sha = sha256_file(base)
-    artifacts = node_artifacts(context, base, base_sha)
-    # One seed per client and round: a ClientApp process lives for one message.
-    trainer = OnnxTrainer(artifacts, lr=cfg.lr, seed=recipe.seed * 100_000 + client * 1_000 + round_number)
-    trainer.load_parameters(msg.content["arrays"].to_numpy_ndarrays()[0])
-    x, y = fleet_data(recipe, "train")
-    shard = client_split(y, cfg.clients, cfg.dirichlet_alpha, recipe.seed)[client]
-    if faults.armed("federated-client") == (client, round_number):
-        faults.die("federated-client", f"client {client} dies mid-round {round_number}")
-    losses = trainer.train(x[shard], y[shard], cfg.local_steps, cfg.local_batch_size)
-    reply = RecordDict({
-        "arrays": ArrayRecord([trainer.parameters().astype(np.float32)]),
-        "metrics": MetricRecord({"num-examples": len(shard), "loss-first": float(losses[0]),
-                                 "loss-last": float(losses[-1])}),
-        "zoo": ConfigRecord({"client": client, "base-sha256": base_sha, "state": json.dumps(model_state(base))}),
-    })
-    return Message(content=reply, reply_to=msg)
-
-
-def node_artifacts(context: Context, base: Path, base_sha: str) -> Path:
-    """The onnxruntime-training artifacts of `base`, made once per node folder (node config `workdir`, else
-    $ZOO_HOME/federated-nodes) and kept between rounds; made aside and renamed, so concurrent ClientApps (virtual
-    nodes) never see a half-made folder."""
-    folder = Path(str(context.node_config.get("workdir") or zoo_home() / "federated-nodes")) / base_sha[:16]
-    if not folder.is_dir():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=".artifacts-", dir=folder.parent))
-        training_artifacts(base, scratch / "artifacts")
-        try:
-            os.replace(scratch / "artifacts", folder)
-        except OSError:  # another ClientApp made it first
-            pass
-        shutil.rmtree(scratch, ignore_errors=True)
-    return folder
-
-
-# -- the server ----------------------------------------------------------------------------------------------------
 
 class ZooFedAvg(FedAvg):
     """Flower's sample-weighted FedAvg behind the zoo's fleet-consistency rule: updates made from another base model

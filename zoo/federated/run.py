@@ -30,8 +30,9 @@ from cryptography.x509.oid import NameOID
 from zoo.catalog import require_content
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
+from zoo.federated.fleet import write_shard
 from zoo.fsutil import atomic_write_bytes, atomic_write_text
-from zoo.recipes import Recipe, load_recipe
+from zoo.recipes import Recipe, load_recipe, recipe_path
 from zoo.store.fetch import fetch
 
 APP = Path(__file__).resolve().parent / "app"
@@ -255,9 +256,12 @@ def run_local(args: argparse.Namespace, recipe: Recipe) -> dict:
     workdir = out / "flower"
     shutil.rmtree(workdir, ignore_errors=True)  # certificates, keys and logs of this run only
     simulate = args.mode == "simulate"
-    nodes = [] if simulate else [f'partition-id={i} base-onnx="{base}" workdir="{workdir / f"node{i}"}"'
+    # Each SuperNode holds its own shard (what a device would hold) and its own folder.
+    nodes = [] if simulate else [f'partition-id={i} base-onnx="{base}" workdir="{workdir / f"node{i}"}" '
+                                 f'data="{write_shard(recipe, i, workdir / f"node{i}" / "data.npz")}"'
                                  for i in range(recipe.federated.clients)]
-    run_config = {"recipe": recipe.name, "overrides": json.dumps(list(args.overrides)), "base-onnx": str(base),
+    # The recipe as given (a catalog name or a .yaml path), resolved here: the ServerApp and ClientApps load it again.
+    run_config = {"recipe": str(recipe_path(args.recipe).resolve()), "overrides": json.dumps(list(args.overrides)), "base-onnx": str(base),
                   "output-dir": str(out), "tracking": not args.no_tracking, "tracking-uri": args.tracking_uri or ""}
     patience = recipe.federated.rounds * (recipe.federated.round_timeout_s + 60) + 300
     with LocalFederation(workdir, nodes, virtual_nodes=recipe.federated.clients if simulate else 0) as federation:

@@ -13,7 +13,8 @@ import onnx
 from zoo.errors import ZooError
 from zoo.evaluate import accuracy
 from zoo.export import read_metadata, write_metadata
-from zoo.federated import fleet_data, model_state
+from zoo.federated.client import model_state
+from zoo.federated.fleet import fleet_data
 from zoo.fsutil import atomic_write_bytes, atomic_write_text
 from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
 from zoo.store.pointer import sha256_file

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -22,9 +23,21 @@ import numpy as np
 import onnx
 import onnxruntime
 from onnxruntime import OrtValue
-from onnxruntime.training import artifacts
-from onnxruntime.training.api import CheckpointState, Module, Optimizer
-from onnxruntime.training.onnxblock import _graph_utils
+
+
+def _training_package_without_torch() -> None:
+    """onnxruntime-training 1.19.2's package `__init__` imports torch and DeepSpeed (for ORTModule, `amp`, `optim`,
+    which the zoo never uses); its `api`, `artifacts` and `onnxblock` submodules need neither. The package is
+    registered without running that `__init__`, so a device or a federated client trains with onnxruntime alone."""
+    if "onnxruntime.training" not in sys.modules:
+        spec = importlib.util.find_spec("onnxruntime.training")
+        sys.modules["onnxruntime.training"] = importlib.util.module_from_spec(spec)
+
+
+_training_package_without_torch()
+from onnxruntime.training import artifacts  # noqa: E402  (after the package is registered without torch)
+from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402
+from onnxruntime.training.onnxblock import _graph_utils  # noqa: E402
 
 from zoo.catalog import require_content
 from zoo.errors import ZooError
