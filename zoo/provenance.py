@@ -127,9 +127,11 @@ def cpu_info() -> dict:
     return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags], "kernels": KERNELS}
 
 
-def machine_differences(cpu: dict | None, library_versions: dict[str, str]) -> list[str]:
-    """How this machine differs from a build's record (its CPU flags and library versions): empty when the same
-    bytes are promised here. The CPU model name may differ."""
+def machine_differences(training) -> list[str]:
+    """How this machine differs from a card's build record (`training`: its CPU flags and library versions): empty
+    when the same bytes are promised here. The CPU model name may differ."""
+    cpu = training.cpu.model_dump() if training.cpu else None
+    library_versions = training.library_versions
     here = cpu_info()["flags"]
     differences = []
     if cpu is None or sorted(cpu.get("flags", [])) != sorted(here):

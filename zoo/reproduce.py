@@ -135,5 +135,5 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
             raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
         rebuilt = load_card(built_dir / CARD_FILE)
         files = [FileCheck(f, sha, _sha(built_dir / f)) for f, sha in expected.items()]
-    differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+    differences = machine_differences(t)
     return Reproduction(entry.name, t.git_commit, files, rebuilt, differences)

@@ -112,7 +112,7 @@ def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer
     fp32 = folder / entry.card.variants["fp32"].file
     origin = Origin.of(entry.card)
     t = entry.card.training
-    comparable = not machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+    comparable = not machine_differences(t)
     for rel, pointer in to_derive:
         key, opset = _derivation(entry.card, rel)
         variant = entry.card.variants[key]

@@ -24,7 +24,7 @@ from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
-from zoo.store.rebuild import build_on_miss, buildable, local_build, plan
+from zoo.store.rebuild import build_on_miss, build_took, buildable, local_build, plan
 from zoo.store.remotes import NotOnRemote, open_remote
 from zoo.variants import kind_of, made_from_fp32
 
@@ -181,7 +181,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
             got = pointer_for(made)
             if got != pointer:
                 t = entry.card.training
-                differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+                differences = machine_differences(t)
                 raise IntegrityError(
                     f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid} ("
                     + ("; ".join(differences) if differences else "same CPU flags and libraries as the build")
@@ -245,6 +245,5 @@ def build_hint(entry: Entry) -> str:
         return f"\nOr build it from its recipe: `zoo fetch {entry.name} --build` ({plan(entry)})."
     how = f"zoo import {entry.name} --from <checkpoint dir>" if t.imported_from and not t.import_source \
         else f"zoo build {entry.name}"
-    took = f" (the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'}, " \
-           f"{t.threads or 1} thread(s) per process)" if t.build_time_s else ""
+    took = f" ({build_took(t)})" if t.build_time_s else ""
     return f"\nOr build it from its recipe: `{how}`{took}."

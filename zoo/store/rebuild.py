@@ -74,12 +74,18 @@ def buildable(card: ModelCard) -> bool:
     return bool(t.git_commit) and t.reproducible is not False and training_command(card) is not None
 
 
+def build_took(training) -> str:
+    """How long the card says its build took, on what (the hints and the build-on-miss plan say it)."""
+    if not training.build_time_s:
+        return "the card records no build time"
+    return (f"the card's build took {training.build_time_s:.0f} s on "
+            f"{training.cpu.model if training.cpu else 'its CPU'} ({training.threads or 1} thread(s) per process)")
+
+
 def plan(entry: Entry) -> str:
     """What a build on a miss would do, and how long the card says it took."""
     t = entry.card.training
-    took = (f"the card's build took {t.build_time_s:.0f} s on {t.cpu.model if t.cpu else 'its CPU'} "
-            f"({t.threads or 1} thread(s) per process)") if t.build_time_s else "the card records no build time"
-    return f"at commit {t.git_commit[:12]}: `{t.command}` in a git worktree; {took}"
+    return f"at commit {t.git_commit[:12]}: `{t.command}` in a git worktree; {build_took(t)}"
 
 
 @dataclass
@@ -225,7 +231,7 @@ def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log
 def _local_record(entry: Entry, key: str, card: Pointer, got: Pointer, file: str, accuracy: float,
                   commit: str) -> LocalBuild:
     spec, t = entry.card.variants[key], entry.card.training
-    differences = machine_differences(t.cpu.model_dump() if t.cpu else None, t.library_versions)
+    differences = machine_differences(t)
     if faults.armed("build-cpu") is not None:
         differences.append("torch kernels of a CPU without AVX (ZOO_TEST_FAULT build-cpu) vs the build's AVX2")
     card_accuracy = spec.metrics.get(entry.card.primary_metric)
