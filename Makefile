@@ -4,9 +4,12 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.zoo-setup-done
-# The text dataset: Debian's fortunes databases, downloaded as .deb files and unpacked (never installed).
-FORTUNES := $(VENV)/share/zoo-data/fortunes
-FORTUNE_PACKAGES := fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br
+# The text datasets (zoo/data/langid.py): Debian packages downloaded as .deb files and unpacked (never installed),
+# each with its VERSION: fortunes databases, LibreOffice help and the GNOME user guide in eight languages.
+TEXTS := $(VENV)/share/zoo-data/text
+TEXT_PACKAGES := fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br \
+  libreoffice-help-en-us libreoffice-help-de libreoffice-help-es libreoffice-help-it libreoffice-help-pl \
+  libreoffice-help-ru libreoffice-help-cs libreoffice-help-pt-br gnome-user-docs
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Runs of the test suite and benchmarks use this many threads per process (2-core machines).
 export OMP_NUM_THREADS ?= 1
@@ -16,15 +19,15 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup test validate validate-full validation-report quickstart benchmarks manifest docs docs-serve
 
-setup: $(STAMP) $(FORTUNES)/.done
+setup: $(STAMP) $(TEXTS)/.done
 
-$(FORTUNES)/.done:
-	rm -rf $(FORTUNES).tmp && mkdir -p $(FORTUNES).tmp/debs
-	cd $(FORTUNES).tmp/debs && (apt-get download $(FORTUNE_PACKAGES) || \
-	  ($(SUDO) apt-get update -q && apt-get download $(FORTUNE_PACKAGES)))
-	for deb in $(FORTUNES).tmp/debs/*.deb; do \
-	  dpkg -x $$deb $(FORTUNES).tmp/$$(dpkg-deb -f $$deb Package) || exit 1; done
-	rm -rf $(FORTUNES).tmp/debs $(FORTUNES) && mv $(FORTUNES).tmp $(FORTUNES) && touch $(FORTUNES)/.done
+$(TEXTS)/.done:
+	rm -rf $(TEXTS).tmp && mkdir -p $(TEXTS).tmp/debs
+	cd $(TEXTS).tmp/debs && (apt-get download $(TEXT_PACKAGES) || \
+	  ($(SUDO) apt-get update -q && apt-get download $(TEXT_PACKAGES)))
+	for deb in $(TEXTS).tmp/debs/*.deb; do p=$$(dpkg-deb -f $$deb Package); \
+	  dpkg -x $$deb $(TEXTS).tmp/$$p && dpkg-deb -f $$deb Version > $(TEXTS).tmp/$$p/VERSION || exit 1; done
+	rm -rf $(TEXTS).tmp/debs $(TEXTS) && mv $(TEXTS).tmp $(TEXTS) && touch $(TEXTS)/.done
 
 $(STAMP): pyproject.toml Makefile tools/cxx17
 	@git lfs version >/dev/null 2>&1 || $(SUDO) apt-get install -y -q git-lfs || \
@@ -87,6 +90,8 @@ manifest: setup
 	$(BIN)/zoo manifest
 
 benchmarks: setup
+	$(BIN)/python benchmarks/baselines.py
+	$(BIN)/python benchmarks/tokenization.py
 	$(BIN)/python benchmarks/fetch_throughput.py
 	$(BIN)/python benchmarks/training.py
 	$(BIN)/python benchmarks/latency.py

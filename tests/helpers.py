@@ -200,9 +200,12 @@ def run_use_it(entries: Path, name: str, tmp: Path, env: dict | None = None) -> 
     return json.loads(result.stdout.strip().splitlines()[-1].replace("'", '"'))
 
 
-def entry_of(entries: Path, name: str, fp32: Path) -> Path:
-    """A catalog entry `name` (the repo card's hand-written fields) whose only variant is the given fp32 file."""
+def entry_of(entries: Path, name: str, fp32: Path, dataset: str | None = None) -> Path:
+    """A catalog entry `name` (the repo card's hand-written fields) whose only variant is the given fp32 file, trained
+    on `dataset` (default: the card's)."""
     card = yaml.safe_load((REPO / "zoo" / "entries" / name / "card.yaml").read_text())
+    if dataset:
+        card["dataset"]["name"] = dataset
     folder = entries / name
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(fp32, folder / "model.onnx")

@@ -111,3 +111,38 @@ def test_an_unbuilt_entry_says_so_and_offers_no_fetch(site, tmp_path):
     rows_json = {"rows": [{"entry": r.entry, "variant": r.variant, "check": r.check, "ok": r.ok, "skipped": r.skipped}
                           for r in rows]}
     assert docs._verdicts(rows_json, "bert-base") == {"*": "not built"}
+
+
+def test_model_pages_show_the_classic_tools_measured_on_this_build():
+    """benchmarks/baselines.py's rows reach a model page only for the files whose sha256 is the card's."""
+    import json
+
+    from zoo.docs import RESULTS, baselines_section
+
+    card = catalog.get_card("digits-cnn")
+    fp32 = card.variants["fp32"]
+    record = {"cpu": {"model": "Some CPU"}, "threads": 1, "tasks": {"digits": {"test_examples": 360, "rows": [
+        {"tool": "scikit-learn SVC (RBF, C=10, raw pixels)", "kind": "baseline", "accuracy": 0.983, "ms_per_text": 0.2},
+        {"tool": "digits-cnn", "variant": "fp32", "kind": "entry", "sha256": fp32.sha256, "accuracy": 1.0,
+         "ms_per_text": 0.03}]}}}
+    lines = "\n".join(baselines_section(card, record))
+    assert "Against the classic tools" in lines and "Some CPU, 1 thread" in lines
+    assert "| scikit-learn SVC (RBF, C=10, raw pixels) | 98.3 | 0.200 |" in lines and "| **digits-cnn fp32** | 100.0 |" in lines
+    record["tasks"]["digits"]["rows"][1]["sha256"] = "0" * 64  # measured on another build: not shown as this one's
+    assert baselines_section(card, record) == []
+    record["tasks"]["digits"]["not_measured"] = [{"tool": "digits-cnn", "variant": "fp32", "sha256": fp32.sha256,
+                                                  "reason": "not in the store"}]
+    assert "Not measured on this build by `python benchmarks/baselines.py`: not in the store" in \
+        "\n".join(baselines_section(card, record))
+    # The committed results are of the catalog's current files: every built entry of a task with a classic tool.
+    committed = json.loads((RESULTS / "baselines.json").read_text())
+    measured = {(r["tool"], r["variant"], r["sha256"]) for task in committed["tasks"].values() for r in task["rows"]
+                if r["kind"] == "entry"}
+    # A file the benchmark could not fetch is listed with its reason (and said so on its page), never silently left out.
+    measured |= {(r["tool"], r["variant"], r["sha256"]) for task in committed["tasks"].values()
+                 for r in task.get("not_measured", []) if r["reason"]}
+    for name, entry in catalog.entries().items():
+        if entry.card.task == "language-identification" or entry.card.dataset.name == "digits":
+            for key, v in entry.card.variants.items():
+                if v.built and key in ("fp32", "int8-qat", "int8-ptq", "int8-dynamic", "fp16"):
+                    assert (name, key, v.sha256) in measured, f"{name} {key}: run python benchmarks/baselines.py"

@@ -13,6 +13,8 @@ from tests.helpers import REPO, build_flags, entry_of, run_use_it, zoo_cli
 from tests.test_training import train
 from zoo import catalog
 from zoo.cards import load_card
+from zoo.data import langid
+from zoo.metadata import read_metadata
 from zoo.models import build_model
 
 
@@ -34,9 +36,13 @@ def test_family_trains_exports_and_quantizes(tmp_path, model):
         for key in ("int8-qat", "int8-ptq", "int8-dynamic"):
             ratio = summary["variants"][key]["size"] / summary["variants"]["fp32"]["size"]
             assert ratio <= 0.30, f"{key} is {ratio:.0%} of fp32"
+        # The tokenizer the ids come from travels inside every file (the trained vocabulary, not the uncased one).
+        for key, result in summary["variants"].items():
+            meta = read_metadata(tmp_path / model / result["file"])
+            assert meta["zoo.tokenizer"] == langid.tokenizer_json(langid.TRAINED), key
     # The docs' "Use it" block (fetch, the dataset's preprocessing, onnxruntime) runs as written on this model.
     entries = tmp_path / "entries"
-    entry_of(entries, model, tmp_path / model / summary["variants"]["fp32"]["file"])
+    entry_of(entries, model, tmp_path / model / summary["variants"]["fp32"]["file"], summary["dataset"])
     labels = run_use_it(entries, model, tmp_path, {"ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""})
     assert labels and set(labels) <= set(catalog.get_card(model).outputs[0].labels), labels
     losses = summary["phases"]["fp32"]["losses"]

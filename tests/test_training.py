@@ -15,7 +15,7 @@ import torch
 
 from tests.helpers import REPO, free_port
 from zoo.evaluate import INT8_KERNELS, kernel_types
-from zoo.export import FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
+from zoo.export import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
 from zoo.store.pointer import sha256_file
 
 LAUNCHER = str(REPO / "launchers" / "ddp.py")
@@ -76,7 +76,8 @@ def test_qat_int8_runs_int8_kernels_within_bound(tmp_path):
     assert variants["fp32"]["extra_opsets"]["13"]["agreement_with_primary"] == 1.0
     fp32 = tmp_path / "qat" / "model.onnx"
     meta = read_metadata(qat)
-    assert set(METADATA_KEYS) - FP32_ONLY_KEYS - RETRAINED_KEYS <= set(meta)
+    assert set(METADATA_KEYS) - FP32_ONLY_KEYS - RETRAINED_KEYS - DATASET_KEYS <= set(meta)
+    assert not DATASET_KEYS & set(meta)  # an image model carries no tokenizer
     assert FP32_ONLY_KEYS <= set(read_metadata(fp32))  # what on-device training may change
     assert meta["zoo.source_sha256"] == sha256_file(fp32)
     assert meta["zoo.precision.accumulation"] == "int32" and meta["zoo.recipe"] == "qat-int8"

@@ -27,7 +27,7 @@ from zoo.errors import CardError, ZooError
 from zoo.evaluate import SPEED_BATCHES, predict, timings
 from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.importer import convert, read_checkpoint, resolve_source
-from zoo.models import build_model, count_params, model_spec
+from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import load_recipe
 from zoo.store.fetch import fetch
@@ -227,7 +227,7 @@ def _static_fields(architecture: str, model_args: dict, dataset: str | None) -> 
     labels = data.labels
     dtype = str(data.train.x.dtype).removeprefix("torch.")
     return {
-        "num_params": count_params(build_model(architecture, num_classes=len(labels), **model_args)),
+        "num_params": count_params(model_for(architecture, data, **model_args)),
         "dataset": {"name": data.name, "source": data.source, "license": data.license,
                     "splits": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
                     "class_balance": data.class_balance()},

@@ -25,6 +25,13 @@ def zoo_home() -> Path:
     return Path(home).expanduser() if home else Path(platformdirs.user_cache_dir("zoo"))
 
 
+def data_dir() -> Path:
+    """Where prepared datasets are cached (derived, versioned files any process may share): `$ZOO_DATA_DIR`, default
+    `$ZOO_HOME/data`."""
+    folder = os.environ.get("ZOO_DATA_DIR")
+    return Path(folder).expanduser() if folder else zoo_home() / "data"
+
+
 def entries_dir() -> Path:
     """Folder holding one sub-folder per catalog entry; `$ZOO_ENTRIES` points elsewhere (tests, forks)."""
     override = os.environ.get("ZOO_ENTRIES")

@@ -176,7 +176,8 @@ def build_estimate(card: ModelCard, others: dict) -> str:
             "hours on that CPU, scaled by compute (GPUs are many times faster)")
 
 
-def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None) -> str:
+def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None,
+               baselines: dict | None = None) -> str:
     c = entry.card
     lines = ["---", "hide: [toc]", "---", "", f"# {c.name}", "", _text(c.description), "",
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
@@ -212,6 +213,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     lines += [f"| {key} | `{v.sha256 or 'not built'}` | {kind_of(key, v).summary} |" for key, v in c.variants.items()]
     lines += ["", "</details>"]
     lines += speed_section(c)
+    lines += baselines_section(c, baselines or {})
     if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
         lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
@@ -272,6 +274,54 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     return "\n".join(lines) + "\n"
 
 
+def baselines_section(c: ModelCard, record: dict) -> list[str]:
+    """The entry next to the classic tool for its task, from benchmarks/baselines.py: the same examples, accuracy and
+    speed side by side; only files whose sha256 is the card's (an older build's numbers are not shown as this one's)."""
+    task = record.get("tasks", {}).get("language-identification" if c.task == "language-identification" else
+                                       c.dataset.name, {})
+    rows = task.get("rows", [])
+
+    def this_build(r: dict) -> bool:
+        return r["tool"] == c.name and c.variants.get(r["variant"]) and c.variants[r["variant"]].sha256 == r.get("sha256")
+
+    mine = [r for r in rows if r["kind"] == "entry" and this_build(r)]
+    if not mine:
+        missed = [r for r in task.get("not_measured", []) if this_build(r)]
+        return ["", "## Against the classic tools", "", "Not measured on this build by `python benchmarks/baselines.py`"
+                f": {missed[0]['reason']}"] if missed else []
+    shown = [r for r in rows if r["kind"] == "baseline"] + mine
+    cpu = record.get("cpu", {}).get("model", "an unrecorded CPU")
+    lines = ["", "## Against the classic tools", "",
+             f"Measured side by side on the same examples by `python benchmarks/baselines.py` ({cpu}, "
+             f"{record.get('threads', 1)} thread; speed: one example at a time"
+             + (", tokenizing included" if c.task == "language-identification" else "") + ")."]
+
+    def label(r: dict) -> str:
+        return f"**{c.name} {r['variant']}**" if r["kind"] == "entry" else f"{r['tool']} {r.get('version', '')}".strip()
+
+    if "test_sets" not in task:  # one test split, one accuracy
+        lines += ["", "| tool | accuracy (test) | ms per example |", "| --- | ---: | ---: |"]
+        lines += [f"| {label(r)} | {100 * r['accuracy']:.1f} | {r['ms_per_text']:.3f} |" for r in shown]
+        return lines
+    sets = list(task["test_sets"])
+    lines += ["", "Accuracy (%) on the fortunes test set, the second-domain set (GNOME user guide, never trained on) "
+              "and copies of the fortunes test texts the way users type them.", "",
+              "| tool | " + " | ".join(sets) + " | ms per text |", "| --- |" + " ---: |" * (len(sets) + 1)]
+    lines += [f"| {label(r)} | " + " | ".join(f"{100 * r['sets'][s]['accuracy']:.1f}" for s in sets)
+              + f" | {r['ms_per_text']:.2f} |" for r in shown]
+    fp32 = [r for r in mine if r["variant"] == "fp32"]
+    for s in ("fortunes", "second-domain"):
+        compared = [r for r in rows if r["kind"] == "baseline"] + fp32
+        lengths = list(compared[0]["sets"][s]["by_length"])
+        lines += ["", f"By language and by text length (characters), {s}:", "",
+                  "| tool | " + " | ".join(task["labels"]) + " | " + " | ".join(lengths) + " |",
+                  "| --- |" + " ---: |" * (len(task["labels"]) + len(lengths))]
+        lines += [f"| {label(r)} | " + " | ".join(f"{100 * v:.1f}" for v in r["sets"][s]["by_language"].values())
+                  + " | " + " | ".join(f"{100 * v:.1f}" for v in r["sets"][s]["by_length"].values()) + " |"
+                  for r in compared]
+    return lines
+
+
 def use_it(c: ModelCard) -> list[str]:
     """Fetch, the dataset's exact preprocessing (zoo.data, the code that prepared the training data) and onnxruntime
     inference, as one runnable block (tests/test_families.py and test_entries.py execute it)."""
@@ -279,8 +329,9 @@ def use_it(c: ModelCard) -> list[str]:
     labels = next((t.labels for t in c.outputs if t.labels), None)
     if not usage or not labels:
         return []
-    code = ["import numpy as np", "import onnxruntime as ort", "", "import zoo", "", usage, "",
-            f'session = ort.InferenceSession(str(zoo.fetch("{c.name}")))  # fp32; any variant takes the same input',
+    code = ["import numpy as np", "import onnxruntime as ort", "", "import zoo", "",
+            f'path = zoo.fetch("{c.name}")  # fp32; any variant takes the same input', "", usage, "",
+            "session = ort.InferenceSession(str(path))",
             f'logits = session.run(None, {{"{c.inputs[0].name}": x}})[0]  # [batch, {len(labels)}]',
             f"labels = {labels!r}",
             "print([labels[i] for i in logits.argmax(axis=1)])"]
@@ -452,13 +503,14 @@ def recipes_reference() -> str:
 def generate() -> list[Path]:
     entries = catalog.entries()
     validation = _load_json(RESULTS / "validation.json")
+    baselines = _load_json(RESULTS / "baselines.json")
     models = DOCS / "models"
     img = models / "img"
     img.mkdir(parents=True, exist_ok=True)
     written = []
     for name, entry in entries.items():
         page = models / f"{name}.md"
-        atomic_write_text(page, model_page(entry, _verdicts(validation, name), img, entries))
+        atomic_write_text(page, model_page(entry, _verdicts(validation, name), img, entries, baselines))
         written.append(page)
     atomic_write_text(models / "index.md", index_page(entries, validation))
     atomic_write_text(models / "_preview.md", preview(entries))  # the home page includes it
@@ -490,7 +542,8 @@ def kinds_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-BENCHMARK_PAGES = ["latency.md", "profiles.md", "parallel.md", "training.md", "fetch_throughput.md", "validation.md"]
+BENCHMARK_PAGES = ["baselines.md", "tokenization.md", "latency.md", "profiles.md", "parallel.md", "training.md",
+                   "fetch_throughput.md", "validation.md"]
 
 
 def _summary(report: list[str]) -> list[str]:

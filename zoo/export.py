@@ -61,13 +61,17 @@ METADATA_KEYS = {
     "zoo.finetuned_from_sha256": "fine-tuned or federated files: sha256 of the fp32 file they started from",
     "zoo.finetune": "files from `zoo finetune --onnx`: steps, learning rate, batch, seed (JSON)",
     "zoo.federated": "files from launchers/federated.py: rounds, clients, aggregation (JSON)",
+    "zoo.tokenizer": "text models: the tokenizer that makes the input ids, as the `tokenizers` library's JSON "
+                     "(`Tokenizer.from_str`), from the dataset (zoo.data)",
 }
 __doc__ += "\n".join(f"- `{k}`: {v}" for k, v in METADATA_KEYS.items())
 # Keys only some files carry: fp32 exports (on-device training split) and files trained from a zoo file.
 FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs", "zoo.parameter_aliases"}
 # What a file made from the fp32 file inherits from it: the same model, recipe and build.
-INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit")
+INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit", "zoo.tokenizer")
 RETRAINED_KEYS = {"zoo.finetuned_from_sha256", "zoo.finetune", "zoo.federated"}
+# Keys only files of some datasets carry (their Dataset.onnx_metadata).
+DATASET_KEYS = {"zoo.tokenizer"}
 
 def inherited_metadata(fp32_path: Path) -> dict[str, str]:
     """The provenance keys a derived file copies from the fp32 file it was made from (so deriving it again, anywhere,

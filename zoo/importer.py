@@ -74,7 +74,7 @@ def check_parity(folder: Path, model: torch.nn.Module) -> dict:
 
     upstream = UpstreamBert.from_pretrained(str(folder), local_files_only=True).eval()
     model.eval()
-    ids = load_dataset("langid").test.x[:32]
+    ids = load_dataset("langid").test.x[:32]  # the upstream (English-uncased) vocabulary
     with torch.no_grad():
         reference = upstream(input_ids=ids, attention_mask=(ids != 0).long()).last_hidden_state
         ours = model(ids)

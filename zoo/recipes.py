@@ -124,6 +124,9 @@ class Recipe(Strict):
     init_from: str | None = None  # state dict (.pt) to start from, e.g. an imported upstream checkpoint
     trainable: list[str] | None = None  # parameter-name globs to train (others frozen); None: all
     dataset: str | None = None  # default: the model's own dataset
+    # Training-split augmentations (zoo.data.shifts.AUGMENTATIONS), e.g. [pixel-shifts]: the images and their eight
+    # one-pixel translations.
+    augment: list[Literal["pixel-shifts"]] = Field(default_factory=list)
     optimizer: Optimizer = Optimizer()
     schedule: Schedule = Schedule()
     epochs: float | None = Field(None, gt=0)  # training length in passes over the training split (or steps)

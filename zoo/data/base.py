@@ -12,7 +12,7 @@ import io
 
 import numpy as np
 
-from zoo.config import zoo_home
+from zoo.config import data_dir
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes
 
@@ -39,6 +39,12 @@ class Dataset:
     # Python that turns raw examples into the model's input array `x` (numpy imported as np), exactly as the data
     # above was prepared: the docs' "Use it" section runs it before onnxruntime, and a test executes that section.
     usage: str = ""
+    # Further test sets out of the training domain ({name: split}), measured by benchmarks/baselines.py.
+    test_sets: dict[str, Split] = field(default_factory=dict)
+    # Metadata every ONNX file of a model trained on this dataset carries (e.g. zoo.tokenizer for text).
+    onnx_metadata: dict[str, str] = field(default_factory=dict)
+    # Model arguments the data fixes (e.g. a text dataset's vocabulary size); a recipe's model_args come on top.
+    model_args: dict = field(default_factory=dict)
 
     @property
     def input_shape(self) -> list[int]:
@@ -74,8 +80,9 @@ def require(module: str, package: str):
 
 
 def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
-    """Arrays built once and kept under $ZOO_HOME/data (written atomically), so every rank reuses them."""
-    path = zoo_home() / "data" / f"{name}-{version}.npz"
+    """Arrays built once and kept under the data cache (zoo.config.data_dir, written atomically), so every rank and
+    every later run reuses them."""
+    path = data_dir() / f"{name}-{version}.npz"
     if path.exists():
         with np.load(path) as stored:
             return {k: stored[k] for k in stored.files}

@@ -1,39 +1,74 @@
-"""Language identification over Debian's `fortunes` databases: real sayings, quotes and jokes in eight languages.
+"""Language identification in eight languages (cs, de, en, es, it, pl, pt, ru) from three Debian text sources.
 
-Source: the Debian packages fortunes (English), fortunes-de, -es, -it, -pl, -ru, -cs (Czech and Slovak) and -br
-(Brazilian Portuguese), unpacked by `make setup` (apt-get download + dpkg -x, no install) into
-$ZOO_FORTUNES_DIR (default: <venv>/share/zoo-data/fortunes/<package>/). The package a file came from is its label.
-Entries are separated by lines holding only `%`. Licences vary per package (see each package's
-usr/share/doc/<package>/copyright); the corpus is used for research/benchmarking only and not redistributed:
-the zoo ships models, not the text.
+- **fortunes** (fortunes, fortunes-de, -es, -it, -pl, -ru, -cs, -br): sayings, quotes and jokes, entries separated by
+  lines holding only `%`. Split by sha256(text) into train / val / test; the test split (300 per language) is the same
+  2,400 texts as the first catalog builds, so results stay comparable.
+- **libreoffice-help** (libreoffice-help-en-us, -de, -es, -it, -pl, -ru, -cs, -pt-br): the paragraphs of LibreOffice's
+  help pages. Training only.
+- **gnome-help** (gnome-user-docs: the GNOME desktop user guide in every translation): never trained on; the
+  second-domain test set (300 paragraphs per language).
+
+Translations leave untranslated strings in English: a paragraph of a translated manual equal to one of the English
+manual is dropped. `make setup` unpacks the packages (apt-get download + dpkg -x, never installed) into
+$ZOO_TEXT_DIR (default: <venv>/share/zoo-data/text/<package>/, each with its VERSION). Licences vary per package (see
+usr/share/doc/<package>/copyright); the text is used for training and measurement and not redistributed: the zoo
+ships models, not the text.
+
+Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on the training split
+with the `tokenizers` library: lowercased, accents kept; for entries trained from scratch; the size is measured by
+benchmarks/tokenization.py) and `langid` (the English-uncased BERT vocabulary that imported checkpoints such as
+all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
+tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file is all a user needs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import random
 import re
 import sys
+import xml.etree.ElementTree as ET
 from functools import cache
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from zoo.config import data_dir
 from zoo.data.base import Dataset, Split, cached_arrays, register_dataset, require
 from zoo.errors import ZooError
+from zoo.fsutil import atomic_write_text
 
-PACKAGES = {"en": "fortunes", "de": "fortunes-de", "es": "fortunes-es", "it": "fortunes-it", "pl": "fortunes-pl",
+LABELS = ["cs", "de", "en", "es", "it", "pl", "pt", "ru"]
+FORTUNES = {"en": "fortunes", "de": "fortunes-de", "es": "fortunes-es", "it": "fortunes-it", "pl": "fortunes-pl",
             "ru": "fortunes-ru", "cs": "fortunes-cs", "pt": "fortunes-br"}
-LABELS = sorted(PACKAGES)
+# LibreOffice help: package and the folder under usr/share/libreoffice/help/.
+LIBREOFFICE = {"en": ("libreoffice-help-en-us", "en-US"), "de": ("libreoffice-help-de", "de"),
+               "es": ("libreoffice-help-es", "es"), "it": ("libreoffice-help-it", "it"),
+               "pl": ("libreoffice-help-pl", "pl"), "ru": ("libreoffice-help-ru", "ru"),
+               "cs": ("libreoffice-help-cs", "cs"), "pt": ("libreoffice-help-pt-br", "pt-BR")}
+GNOME = "gnome-user-docs"
+GNOME_DIRS = {"en": "C", "de": "de", "es": "es", "it": "it", "pl": "pl", "ru": "ru", "cs": "cs", "pt": "pt_BR"}
+PACKAGES = sorted({*FORTUNES.values(), *(p for p, _ in LIBREOFFICE.values()), GNOME})
 MAX_TOKENS = 64
-# Per language and split, after deduplication, so classes are balanced.
-CAPS = {"train": 1000, "val": 150, "test": 300}
-MIN_CHARS, MAX_CHARS = 40, 600
+MIN_CHARS, MAX_CHARS = 40, 600  # fortunes entries (as in the first builds: the test split stays the same)
+MIN_PARAGRAPH = 20  # help paragraphs: shorter ones are mostly menu names and labels
+# Per language: the fortunes val/test caps (as in the first builds), the second-domain test size and the training
+# texts per language (all of fortunes' training split, then help paragraphs up to this number; Portuguese, with the
+# fewest fortunes, is filled most from help).
+CAPS = {"val": 150, "test": 300}
+SECOND_DOMAIN_TEST = 300
+TRAIN_PER_LANGUAGE = 16000
+VOCAB_SIZE = 16000  # chosen by benchmarks/tokenization.py (results/tokenization.md)
+TRAINED = f"langid-{VOCAB_SIZE // 1000}k"  # the dataset with the trained vocabulary
+TEXTS_VERSION = "v3"
 
 
 def corpus_dir() -> Path:
-    return Path(os.environ.get("ZOO_FORTUNES_DIR", Path(sys.prefix) / "share" / "zoo-data" / "fortunes"))
+    return Path(os.environ.get("ZOO_TEXT_DIR", Path(sys.prefix) / "share" / "zoo-data" / "text"))
 
 
 def vocab_file() -> Path:
@@ -42,75 +77,313 @@ def vocab_file() -> Path:
     return Path(package.__file__).parent / "model" / "vocab.txt"
 
 
-def _entries(root: Path) -> list[str]:
-    texts = []
-    for path in sorted((root / "usr" / "share" / "games" / "fortunes").rglob("*")):
+def _package(name: str) -> Path:
+    root = corpus_dir() / name
+    if not root.is_dir():
+        raise ZooError(f"the langid dataset needs Debian's {name} unpacked under {corpus_dir()}: run `make setup` "
+                       f"(it runs apt-get download + dpkg -x), or set ZOO_TEXT_DIR")
+    return root
+
+
+def package_versions() -> dict[str, str]:
+    """{package: Debian version} of the unpacked text packages (make setup writes VERSION beside each)."""
+    return {p: ((_package(p) / "VERSION").read_text().strip() if (_package(p) / "VERSION").exists() else "unknown")
+            for p in PACKAGES}
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def fortunes(language: str) -> list[str]:
+    """Every fortunes entry of 40-600 characters (offensive 'off' sections excluded), deduplicated, sorted."""
+    texts = set()
+    for path in sorted((_package(FORTUNES[language]) / "usr" / "share" / "games" / "fortunes").rglob("*")):
         if not path.is_file() or path.is_symlink() or path.suffix in (".dat", ".u8") or "off" in path.parts:
             continue
-        raw = path.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("latin-1")
-        for entry in re.split(r"\n%\n", text):
-            entry = " ".join(entry.split())
+        for entry in re.split(r"\n%\n", _decode(path.read_bytes())):
+            entry = _clean(entry)
             if MIN_CHARS <= len(entry) <= MAX_CHARS:
-                texts.append(entry)
-    return texts
+                texts.add(entry)
+    return sorted(texts)
+
+
+class _Paragraphs(HTMLParser):
+    """The text of every <p>, <h1>-<h6> and <li> of an HTML page (nested inline tags included)."""
+
+    BLOCKS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.depth, self.current, self.out = 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.BLOCKS:
+            if self.depth and self.current:
+                self.out.append("".join(self.current))
+                self.current = []
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if tag in self.BLOCKS and self.depth:
+            self.depth -= 1
+            self.out.append("".join(self.current))
+            self.current = []
+
+    def handle_data(self, data):
+        if self.depth:
+            self.current.append(data)
+
+
+def _keep_paragraphs(texts: set[str]) -> set[str]:
+    return {t for t in texts if MIN_PARAGRAPH <= len(t) <= MAX_CHARS and sum(c.isalpha() for c in t) >= len(t) / 2}
+
+
+@cache
+def _libreoffice_raw(language: str) -> frozenset[str]:
+    package, folder = LIBREOFFICE[language]
+    texts = set()
+    for path in sorted((_package(package) / "usr" / "share" / "libreoffice" / "help" / folder).rglob("*.html")):
+        parser = _Paragraphs()
+        parser.feed(_decode(path.read_bytes()))
+        texts.update(_clean(t) for t in parser.out)
+    return frozenset(_keep_paragraphs(texts))
+
+
+def libreoffice_help(language: str) -> list[str]:
+    """LibreOffice help paragraphs in `language`, those left in English by the translation dropped."""
+    texts = _libreoffice_raw(language)
+    return sorted(texts if language == "en" else texts - _libreoffice_raw("en"))
+
+
+@cache
+def _gnome_raw(language: str) -> frozenset[str]:
+    texts = set()
+    for path in sorted((_package(GNOME) / "usr" / "share" / "help" / GNOME_DIRS[language]).rglob("*.page")):
+        try:
+            root = ET.fromstring(path.read_bytes())
+        except ET.ParseError:
+            continue
+        texts.update(_clean("".join(p.itertext())) for p in root.iter() if p.tag.rsplit("}", 1)[-1] in ("p", "title"))
+    return frozenset(_keep_paragraphs(texts))
+
+
+def gnome_help(language: str) -> list[str]:
+    """GNOME user-guide paragraphs in `language`, those left in English by the translation dropped."""
+    texts = _gnome_raw(language)
+    return sorted(texts if language == "en" else texts - _gnome_raw("en"))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _split_of(text: str) -> str:
-    bucket = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 20
+    bucket = int(_digest(text)[:8], 16) % 20
     return "test" if bucket < 3 else "val" if bucket < 5 else "train"
 
 
-def _build() -> dict:
+# What users type that prose lacks: numbers, addresses, code-ish tokens (mixed into training copies).
+_INSERTS = ["2024", "12:30", "3,5", "42", "1999", "100%", "+49 30 1234567", "v2.1", "https://example.org/a?b=1",
+            "user@example.com", "#1", "x86_64", "C++", "Wi-Fi", "OK", "CPU", "PDF", "USB", "iPhone", ":)", "..."]
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+
+
+def augment(text: str) -> list[str]:
+    """Training copies of one text, drawn from a generator seeded by the text (so the dataset is deterministic):
+    the text itself, a short snippet of 1-6 words, and a copy with punctuation dropped or a number / address /
+    code token mixed in, in random case."""
+    rng = random.Random(_digest(text))
+    words = text.split()
+    n = rng.randint(1, min(6, len(words)))
+    start = rng.randrange(len(words) - n + 1)
+    snippet = " ".join(words[start:start + n])
+    noisy = _PUNCT.sub(" ", text) if rng.random() < 0.5 else text
+    noisy_words = noisy.split() or words
+    noisy_words.insert(rng.randrange(len(noisy_words) + 1), rng.choice(_INSERTS))
+    noisy = " ".join(noisy_words)
+    noisy = rng.choice([noisy, noisy.upper(), noisy.lower(), noisy.title()])
+    return [text, snippet, noisy]
+
+
+def _take(texts: list[str], n: int) -> list[str]:
+    """The first `n` texts in sha256 order: a deterministic sample independent of file order."""
+    return sorted(texts, key=_digest)[:n]
+
+
+@cache
+def texts() -> dict:
+    """{split: (texts, labels)} for train / val / test (fortunes) and `second-domain` (gnome-help), plus counts by
+    source; cached as JSON in the data cache (zoo.config.data_dir)."""
+    path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    out = {s: ([], []) for s in ("train", "val", "test", "second-domain")}
+    sources: dict[str, dict[str, int]] = {}
+    for label, language in enumerate(LABELS):
+        by_split = {"train": [], "val": [], "test": []}
+        for t in fortunes(language):
+            by_split[_split_of(t)].append(t)
+        chosen = {s: _take(by_split[s], CAPS[s]) for s in CAPS}
+        train_fortunes = _take(by_split["train"], TRAIN_PER_LANGUAGE)
+        help_texts = _take(libreoffice_help(language), max(0, TRAIN_PER_LANGUAGE - len(train_fortunes)))
+        chosen["train"] = train_fortunes + help_texts
+        sources[language] = {"fortunes": len(train_fortunes), "libreoffice-help": len(help_texts)}
+        for split, picked in chosen.items():
+            out[split][0].extend(picked)
+            out[split][1].extend([label] * len(picked))
+    trained = set(out["train"][0])  # a few short headings occur in both manuals: never tested on a training text
+    for label, language in enumerate(LABELS):
+        picked = _take([t for t in gnome_help(language) if t not in trained], SECOND_DOMAIN_TEST)
+        sources[language]["gnome-help"] = len(picked)
+        out["second-domain"][0].extend(picked)
+        out["second-domain"][1].extend([label] * len(picked))
+    data = {"splits": out, "sources": sources, "packages": package_versions()}
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False))
+    return data
+
+
+def train_texts() -> tuple[list[str], list[int]]:
+    """The training split with its augmented copies (augment), labels alongside."""
+    base, labels = texts()["splits"]["train"]
+    out, out_labels = [], []
+    for text, label in zip(base, labels):
+        copies = augment(text)
+        out += copies
+        out_labels += [label] * len(copies)
+    return out, out_labels
+
+
+def train_tokenizer(vocab_size: int = VOCAB_SIZE):
+    """A WordPiece vocabulary trained on the training split (originals only): lowercased, accents kept."""
     tokenizers = require("tokenizers", "tokenizers")
-    root = corpus_dir()
-    missing = [p for p in PACKAGES.values() if not (root / p).is_dir()]
-    if missing:
-        raise ZooError(f"the langid dataset needs Debian's {', '.join(missing)} unpacked under {root}: run `make setup` "
-                       f"(it runs apt-get download + dpkg -x), or set ZOO_FORTUNES_DIR")
-    tokenizer = tokenizers.BertWordPieceTokenizer(str(vocab_file()), lowercase=True)
+    tokenizer = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=False, clean_text=True)
+    tokenizer.train_from_iterator(texts()["splits"]["train"][0], vocab_size=vocab_size, min_frequency=2,
+                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
+    return _fixed_length(tokenizer)
+
+
+def uncased_tokenizer():
+    """The English-uncased BERT WordPiece (30,522 tokens; lowercases and strips accents)."""
+    tokenizers = require("tokenizers", "tokenizers")
+    return _fixed_length(tokenizers.BertWordPieceTokenizer(str(vocab_file()), lowercase=True))
+
+
+def _fixed_length(tokenizer):
     tokenizer.enable_truncation(MAX_TOKENS)
-    tokenizer.enable_padding(length=MAX_TOKENS)
+    tokenizer.enable_padding(length=MAX_TOKENS)  # id 0 ([PAD]) pads and doubles as the attention mask
+    return tokenizer
+
+
+def encode(tokenizer, batch: list[str]) -> np.ndarray:
+    return np.array([e.ids for e in tokenizer.encode_batch(batch)], dtype=np.int64).reshape(len(batch), MAX_TOKENS)
+
+
+def _version(name: str) -> str:
+    return f"{TEXTS_VERSION}-{MAX_TOKENS}"
+
+
+TOKENIZATIONS = {TRAINED: lambda: train_tokenizer(VOCAB_SIZE), "langid": uncased_tokenizer}
+
+
+@cache
+def tokenizer_json(name: str) -> str:
+    """The dataset's tokenizer as the `tokenizers` library's JSON (cached beside its arrays)."""
+    path = data_dir() / f"{name}-{_version(name)}-tokenizer.json"
+    if not path.exists():
+        atomic_write_text(path, TOKENIZATIONS[name]().to_str())
+    return path.read_text()
+
+
+def tokenizer(name: str):
+    return require("tokenizers", "tokenizers").Tokenizer.from_str(tokenizer_json(name))
+
+
+def _build(name: str) -> dict:
+    tok = tokenizer(name)
+    splits = texts()["splits"]
     arrays = {}
-    for split in CAPS:
-        texts, labels = [], []
-        for label, language in enumerate(LABELS):
-            seen = sorted({t for t in _entries(root / PACKAGES[language]) if _split_of(t) == split},
-                          key=lambda t: hashlib.sha256(t.encode()).hexdigest())
-            chosen = seen[:CAPS[split]]
-            texts += chosen
-            labels += [label] * len(chosen)
-        arrays[f"{split}_x"] = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)
+    for split in ("train", "val", "test", "second-domain"):
+        batch, labels = train_texts() if split == "train" else splits[split]
+        arrays[f"{split}_x"] = encode(tok, batch)
         arrays[f"{split}_y"] = np.array(labels, dtype=np.int64)
     return arrays
 
 
-@register_dataset("langid")
-@cache
-def load() -> Dataset:
-    arrays = cached_arrays("langid", f"v1-{MAX_TOKENS}", _build)
-    split = {s: Split(torch.from_numpy(arrays[f"{s}_x"]), torch.from_numpy(arrays[f"{s}_y"])) for s in CAPS}
-    return Dataset(
-        name="langid", train=split["train"], val=split["val"], test=split["test"], labels=LABELS,
-        source="Debian packages " + ", ".join(f"{PACKAGES[l]} ({l})" for l in LABELS) + "; entries split on '%' lines",
-        license="per package (BSD-like, GPL and public-domain collections; see usr/share/doc/<pkg>/copyright); "
-                "text not redistributed",
-        preprocessing=[
-            "collapse whitespace; keep entries of 40-600 characters; exclude offensive ('off') sections",
-            "split by sha256(text): 15% test, 10% val, 75% train; deduplicated; balanced by capping each language "
-            f"at {CAPS['train']}/{CAPS['val']}/{CAPS['test']} (train/val/test)",
-            f"WordPiece, uncased (BERT/MiniLM vocab.txt, 30,522 tokens), [CLS] text [SEP], truncated/padded to {MAX_TOKENS}",
-            "input: token ids int64 [batch, 64]; padding id 0 doubles as the attention mask",
-        ],
-        usage=f'''from tokenizers import BertWordPieceTokenizer
-from zoo.data.langid import vocab_file  # the uncased BERT/MiniLM vocab.txt the model was trained with
+def _usage(name: str) -> str:
+    if name == TRAINED:
+        return f'''from tokenizers import Tokenizer
+from zoo.metadata import read_metadata
+
+texts = ["Der frühe Vogel fängt den Wurm.", "Quien mucho abarca, poco aprieta."]
+# The tokenizer is inside every file of the entry: [CLS] text [SEP], padded to {MAX_TOKENS} (id 0 pads).
+tokenizer = Tokenizer.from_str(read_metadata(path)["zoo.tokenizer"])
+x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)'''
+    return f'''from tokenizers import BertWordPieceTokenizer
+from zoo.data.langid import vocab_file  # the uncased BERT/MiniLM vocab.txt the checkpoint was pretrained with
 
 texts = ["Der frühe Vogel fängt den Wurm.", "Quien mucho abarca, poco aprieta."]
 tokenizer = BertWordPieceTokenizer(str(vocab_file()), lowercase=True)  # adds [CLS] ... [SEP]
 tokenizer.enable_truncation({MAX_TOKENS})
 tokenizer.enable_padding(length={MAX_TOKENS})  # id 0 pads and doubles as the attention mask
-x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)''',
+x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)'''
+
+
+def _load(name: str) -> Dataset:
+    arrays = cached_arrays(name, _version(name), lambda: _build(name))
+    split = {s: Split(torch.from_numpy(arrays[f"{s}_x"]), torch.from_numpy(arrays[f"{s}_y"]))
+             for s in ("train", "val", "test", "second-domain")}
+    info = texts()
+    vocab = json.loads(tokenizer_json(name))["model"]["vocab"]
+    sources = info["sources"]
+    packages = ", ".join(f"{p} {v}" for p, v in info["packages"].items())
+    tokenization = (f"WordPiece trained on the training split (tokenizers library, {len(vocab):,} tokens; lowercased, "
+                    "accents kept)" if name == TRAINED else
+                    f"WordPiece, English uncased (the BERT/MiniLM vocab.txt, {len(vocab):,} tokens; lowercased, accents "
+                    "stripped), as the imported checkpoint was pretrained")
+    return Dataset(
+        name=name, train=split["train"], val=split["val"], test=split["test"], labels=LABELS,
+        test_sets={"second-domain": split["second-domain"]},
+        source="Debian packages " + packages + ": fortunes (train/val/test), LibreOffice help (train), GNOME user "
+               "guide (second-domain test, never trained on)",
+        license="per package (BSD-like, GPL, MPL-2.0, CC-BY-SA and public-domain texts; see usr/share/doc/<pkg>/"
+                "copyright); text not redistributed",
+        preprocessing=[
+            "fortunes: entries split on '%' lines, whitespace collapsed, 40-600 characters, offensive ('off') "
+            "sections excluded, deduplicated; split by sha256(text): 15% test, 10% val, 75% train; val and test "
+            f"capped at {CAPS['val']}/{CAPS['test']} per language (the first builds' test set)",
+            "help manuals: paragraphs, headings and list items of 20-600 characters, at least half letters; a "
+            "translated paragraph equal to an English one (left untranslated) dropped",
+            f"training texts per language: all fortunes of the training split, then LibreOffice help paragraphs up to "
+            f"{TRAIN_PER_LANGUAGE:,} (" + ", ".join(f"{k} {v['fortunes']:,}+{v['libreoffice-help']:,}"
+                                                     for k, v in sources.items()) + ")",
+            "each training text also as a 1-6 word snippet and as a noisy copy (punctuation dropped or a number, "
+            "address or code token mixed in; random case), drawn by a generator seeded with the text",
+            f"second-domain test: {SECOND_DOMAIN_TEST} GNOME user-guide paragraphs per language (first by sha256), "
+            "none of them a training text",
+            f"{tokenization}, [CLS] text [SEP], truncated/padded to {MAX_TOKENS}",
+            f"input: token ids int64 [batch, {MAX_TOKENS}]; padding id 0 doubles as the attention mask",
+        ],
+        usage=_usage(name),
+        onnx_metadata={"zoo.tokenizer": tokenizer_json(name)},
+        model_args={"vocab_size": len(vocab)},
     )
+
+
+@register_dataset(TRAINED)
+@cache
+def load() -> Dataset:
+    return _load(TRAINED)
+
+
+@register_dataset("langid")
+@cache
+def load_uncased() -> Dataset:
+    return _load("langid")

@@ -3,11 +3,13 @@ federated training), and a user's own data as one .npz file."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from zoo.data import load_dataset
+from zoo.data import Dataset, Split, load_dataset
 from zoo.errors import ZooError
 
 SHIFTS = {
@@ -16,6 +18,31 @@ SHIFTS = {
     "flip": lambda x: x[..., ::-1],
     "invert": lambda x: x.max() - x,
 }
+
+
+def _pixel_shifts(x: torch.Tensor) -> torch.Tensor:
+    """The images and their 8 translations by one pixel (zeros shifted in), in that order."""
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    h, w = x.shape[-2:]
+    return torch.cat([x] + [padded[..., 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+                            for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (dy, dx) != (0, 0)])
+
+
+# Training-split augmentations a recipe can ask for (recipe `augment`): name -> (inputs -> inputs + copies).
+AUGMENTATIONS = {"pixel-shifts": _pixel_shifts}
+
+
+def augmented(data: Dataset, names: list[str]) -> Dataset:
+    """`data` with its training split extended by each augmentation in turn (the originals stay first, so the
+    calibration and example rows the exporters take are unchanged); val and test untouched."""
+    train = data.train
+    for name in names:
+        if train.x.ndim != 4:
+            raise ZooError(f"augmentation '{name}' applies to image datasets; {data.name} inputs have shape "
+                           f"{list(train.x.shape[1:])}")
+        x = AUGMENTATIONS[name](train.x)
+        train = Split(x, train.y.repeat(len(x) // len(train.y)))
+    return replace(data, train=train)
 
 
 def shifted_split(dataset: str, shift: str, split: str) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,12 @@ def build_model(name: str, num_classes: int, **kwargs) -> torch.nn.Module:
     return model_spec(name).builder(num_classes=num_classes, **kwargs)
 
 
+def model_for(name: str, data, **model_args) -> torch.nn.Module:
+    """Architecture `name` shaped for a dataset: its classes and the arguments the data fixes (a vocabulary's size),
+    then the recipe's `model_args`."""
+    return build_model(name, num_classes=len(data.labels), **{**data.model_args, **model_args})
+
+
 def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -8,12 +8,13 @@ attention mask is derived from it, so the exported ONNX has one input like the o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+from zoo.data.langid import TRAINED
 from zoo.models.registry import register_model
 
 
@@ -243,9 +244,9 @@ class _HeadStage(nn.Module):
 
 
 def _register(name: str, config: BertConfig) -> None:
-    @register_model(name, family="bert", dataset="langid")
-    def builder(num_classes: int = 8, pooling: str = "cls") -> nn.Module:
-        return BertClassifier(config, num_classes, pooling)
+    @register_model(name, family="bert", dataset=TRAINED)
+    def builder(num_classes: int = 8, pooling: str = "cls", vocab_size: int = config.vocab_size) -> nn.Module:
+        return BertClassifier(replace(config, vocab_size=vocab_size), num_classes, pooling)
 
     builder.__name__ = name.replace("-", "_")
 
@@ -256,5 +257,6 @@ for _name, _config in SIZES.items():
 
 @register_model("bert", family="bert", dataset="langid")
 def bert_custom(num_classes: int = 8, pooling: str = "cls", **config) -> nn.Module:
-    """Any BERT shape, from config keys (num_hidden_layers, hidden_size, ...): for imported checkpoints."""
+    """Any BERT shape, from config keys (num_hidden_layers, hidden_size, ...): for imported checkpoints, which keep
+    their upstream (English-uncased) vocabulary."""
     return BertClassifier(BertConfig(**config), num_classes, pooling)

@@ -27,10 +27,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from zoo import faults
 from zoo.data import Dataset, load_dataset
+from zoo.data.shifts import augmented
 from zoo.errors import ZooError
 from zoo.metrics import label_accuracy
 from zoo.fsutil import atomic_write_text
-from zoo.models import build_model, count_params, model_spec
+from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
@@ -270,10 +271,10 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS needs a fixed workspace
     torch.use_deterministic_algorithms(True)
     spec = model_spec(recipe.model)
-    data = load_dataset(recipe.dataset or spec.dataset)
+    data = augmented(load_dataset(recipe.dataset or spec.dataset), recipe.augment)
 
     def fresh_model() -> torch.nn.Module:
-        return build_model(recipe.model, num_classes=len(data.labels), **recipe.model_args).to(ctx.device)
+        return model_for(recipe.model, data, **recipe.model_args).to(ctx.device)
 
     baseline_rss = per_rank(peak_rss_mib(), ctx)  # imports and data, before any model exists
     before_model = live_storages() if profile_memory else None

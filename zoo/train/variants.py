@@ -35,7 +35,7 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
     x, y = split.x.numpy(), split.y.numpy()
     example = data.train.x[:2]
     common = {"zoo.model": recipe.model, "zoo.recipe": recipe.name, "zoo.recipe_sha256": recipe.digest(),
-              "zoo.git_commit": source_commit()}
+              "zoo.git_commit": source_commit(), **data.onnx_metadata}
     wanted = recipe.export.variants
     opsets = sorted(set(recipe.export.opsets))
     primary = opsets[-1]

@@ -17,7 +17,7 @@ from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ZooError
 from zoo.evaluate import predict
 from zoo.metrics import label_accuracy
-from zoo.models import build_model
+from zoo.models import model_for
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY
 from zoo.recipes import load_recipe
 
@@ -51,7 +51,7 @@ def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_a
     if model_args is None:
         model_args = load_recipe(origin.recipe, model=origin.architecture).model_args
     data = load_dataset(origin.dataset)
-    model = export.load_onnx_weights(fp32, build_model(origin.architecture, num_classes=len(data.labels), **model_args))
+    model = export.load_onnx_weights(fp32, model_for(origin.architecture, data, **model_args))
     globs = json.loads(export.read_metadata(fp32).get(TRAINABLE_GLOBS_KEY, '["*"]'))
     path = export.export_fp32(model, data.train.x[:2], target, opset)
     fp32_keys = export.fp32_metadata(onnx.load(str(path)), model, None if globs == ["*"] else globs)

@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:525aa1268060d3240c6e8e1afe01af823822ae6a82991a5d8ee7d8bf4e6b199d
+oid sha256:1b070a6b69b131a30205d1917ad4686205ded0b7159c6d755eaf77fa84c38fee
 size 8208

@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:1d86ed1eeed69fd66a8caa5f682b4c23dfa297e2b6eee33665f4e73ee32aa19d
+oid sha256:cf5f26e757fb7fa425885fa8a87857bdd1858aa2319e56b0cdfef26c874a6343
 size 529

@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:928b7947501c6419dd3864ed51d28c6753de19639d01bdbbc6e999546ef29504
+oid sha256:e186043a677b19b3ceafe6942e859cbe001565b4d4995e2c6dda45d424940d4a
 size 657

@@ -1,0 +1,79 @@
+"""The datasets behind the entries: language-ID text sources, test sets, tokenizers and training augmentations."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from zoo.data import langid, load_dataset
+from zoo.data.shifts import augmented
+from zoo.errors import ZooError
+
+# sha256 of the fortunes test texts joined by newlines: the 2,400 texts the first catalog builds were measured on
+# (computed with that commit's zoo/data/langid.py), so accuracies stay comparable across builds.
+FIRST_BUILDS_TEST = "e9fdf1ddbef1d7038c773e9a3b936d671130ecd2c4d935d13dd9b48d22ae7752"
+
+
+def _digest(texts: list[str]) -> str:
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
+
+
+def test_langid_splits_sources_and_the_unchanged_test_set():
+    info = langid.texts()
+    splits = info["splits"]
+    assert _digest(splits["test"][0]) == FIRST_BUILDS_TEST
+    per_language = {split: torch.bincount(torch.tensor(labels)).tolist() for split, (_, labels) in splits.items()}
+    assert per_language["test"] == [300] * 8 and per_language["second-domain"] == [300] * 8
+    assert per_language["train"] == [langid.TRAIN_PER_LANGUAGE] * 8  # tens of thousands of texts per language exist
+    train = set(splits["train"][0])
+    assert not train & set(splits["test"][0]) and not train & set(splits["second-domain"][0])
+    for language, counts in info["sources"].items():  # more than one source for every language
+        assert counts["fortunes"] > 1500 and counts["libreoffice-help"] > 1500, (language, counts)
+    # Translations keep untranslated paragraphs in English: none of them is labelled as another language.
+    english_help = set(langid.libreoffice_help("en")) | set(langid.gnome_help("en"))
+    en = langid.LABELS.index("en")
+    assert not {t for t, y in zip(*splits["train"]) if y != en} & english_help
+    assert not {t for t, y in zip(*splits["second-domain"]) if y != en} & english_help
+    assert set(info["packages"]) == set(langid.PACKAGES) and "unknown" not in info["packages"].values()
+
+
+def test_langid_augmented_copies_are_deterministic():
+    text = "Der frühe Vogel fängt den Wurm, sagt man in Deutschland seit vielen Jahren."
+    copies = langid.augment(text)
+    assert copies == langid.augment(text) and copies[0] == text and len(copies) == 3
+    snippet = copies[1].split()
+    assert 1 <= len(snippet) <= 6 and " ".join(snippet) in text
+    noisy = copies[2].lower()
+    assert noisy != text.lower() and any(token.lower() in noisy for token in langid._INSERTS)
+
+
+def test_trained_vocabulary_rides_in_the_dataset_and_fits_the_model():
+    data = load_dataset(langid.TRAINED)
+    vocab = json.loads(data.onnx_metadata["zoo.tokenizer"])["model"]["vocab"]
+    assert data.model_args == {"vocab_size": len(vocab)} and len(vocab) == langid.VOCAB_SIZE
+    assert vocab["[PAD]"] == 0 and int(data.train.x.max()) < len(vocab)
+    assert len(data.train) == 3 * 8 * langid.TRAIN_PER_LANGUAGE  # originals, snippets, noisy copies
+    tokenizer = langid.tokenizer(langid.TRAINED)
+    # Accents stay (the uncased vocabulary strips them), Cyrillic and Polish words stay whole-ish.
+    assert "ż" in tokenizer.normalizer.normalize_str("Żółw") and sum(1 for i in tokenizer.encode("Привет").ids if i) <= 4
+    uncased = load_dataset("langid")
+    assert uncased.model_args == {"vocab_size": 30522}
+    assert torch.equal(uncased.test_sets["second-domain"].y, data.test_sets["second-domain"].y)
+
+
+def test_pixel_shifts_augment_only_the_training_split():
+    data = load_dataset("digits")
+    more = augmented(data, ["pixel-shifts"])
+    n = len(data.train)
+    assert len(more.train) == 9 * n and more.val is data.val and more.test is data.test
+    assert torch.equal(more.train.x[:n], data.train.x) and torch.equal(more.train.y, data.train.y.repeat(9))
+    # the first copy moves each image one pixel down and right: (r, c) comes from (r - 1, c - 1), zeros entering
+    shifted = more.train.x[n:2 * n]
+    assert torch.equal(shifted[:, :, 1:, 1:], data.train.x[:, :, :-1, :-1])
+    assert not shifted[:, :, 0, :].any() and not shifted[:, :, :, 0].any()
+    assert augmented(data, []).train is data.train
+    with pytest.raises(ZooError, match="applies to image datasets"):
+        augmented(load_dataset("mnist1d"), ["pixel-shifts"])
