@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -40,6 +41,10 @@ def test_card_schema_manifest_and_pointers(name):
         # reproducible by construction: a clean commit and the CPU are recorded; the fp32 opset range measured
         t = card.training
         assert t.reproducible is True and len(t.git_commit) == 40 and t.cpu and "avx2" in t.cpu.flags, name
+        # the promise is only checkable if that commit is in main's history (a squashed or rebased history loses it)
+        ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", t.git_commit, "HEAD"], cwd=REPO,
+                                  capture_output=True)
+        assert ancestor.returncode == 0, f"{name} was built at {t.git_commit}, which is not in this history: rebuild it"
         assert card.variants["fp32"].opset_range, name
     if card.family == "bert":
         for key, variant in card.variants.items():
