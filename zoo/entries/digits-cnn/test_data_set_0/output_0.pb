@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:e186043a677b19b3ceafe6942e859cbe001565b4d4995e2c6dda45d424940d4a
+oid sha256:89dd7e0d0cd9d8e29c67d75960ebee3aa8c55a972eb09b38b66797a183bfa34d
 size 657
