@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:1b070a6b69b131a30205d1917ad4686205ded0b7159c6d755eaf77fa84c38fee
+oid sha256:76b85691db17fb391510e14c54e0c681b994413645736e16aa72deaa8fbed92d
 size 8208

@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:cf5f26e757fb7fa425885fa8a87857bdd1858aa2319e56b0cdfef26c874a6343
+oid sha256:febdee7bec1b84ccb955d0040f21b68d98acd50976b8337493cbaf97e2ab111e
 size 529
