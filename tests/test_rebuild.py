@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import REPO
 from zoo import catalog
-from zoo.provenance import machine_differences
+from zoo.provenance import commit_available, machine_differences
 from zoo.store.cache import ObjectCache
 
 ENTRY = "digits-cnn"
@@ -30,7 +30,7 @@ def no_store(tmp_path, monkeypatch):
     monkeypatch.delenv("ZOO_ENTRIES", raising=False)
     catalog.reload()
     card = catalog.get_card(ENTRY)
-    if subprocess.run(["git", "cat-file", "-e", f"{card.training.git_commit}^{{commit}}"], cwd=REPO).returncode:
+    if not commit_available(card.training.git_commit):
         pytest.fail(f"the card's commit {card.training.git_commit} is not in this clone: the tests need full history")
     yield env, card
     catalog.reload()
