@@ -161,6 +161,24 @@ def test_fastest_is_the_quickest_variant_that_keeps_fp32_accuracy():
         parse_card(card_dict("timed", variants), "card.yaml")
 
 
+def test_a_retraining_elsewhere_is_held_to_the_retraining_band():
+    """The card's bytes are held to the variant's tolerance; a rebuild with other bytes on another CPU or libraries
+    is another training run: a few standard errors of the card's accuracy, so a perfect digits-cnn (360 test images)
+    may lose two images there but not three, and never less than the card's own tolerance."""
+    from zoo.cards import parse_card
+
+    variant = {"file": "model.onnx", "precision": "fp32", "opset": 17, "sha256": "0" * 64, "size": 10,
+               "metrics": {"accuracy": 1.0}, "tolerance": 0.001}
+    card = parse_card(card_dict("band", {"fp32": variant}), "card.yaml")
+    assert card.accuracy_band("fp32", 360) == 0.001  # same bytes: the card's tolerance, however few the examples
+    band = card.accuracy_band("fp32", 360, retrained=True)
+    assert 1.0 - 2 / 360 >= 1.0 - band > 1.0 - 3 / 360
+    variant["metrics"]["accuracy"] = 0.929  # mnist1d-cnn: 1,000 test examples
+    card = parse_card(card_dict("band", {"fp32": variant}), "card.yaml")
+    assert 0.02 < card.accuracy_band("fp32", 1000, retrained=True) < 0.03
+    assert card.accuracy_band("fp32", 10**7, retrained=True) == 0.001  # never tighter than the card's tolerance
+
+
 def test_cli_reads_as_a_user_expects():
     assert zoo_cli("--version", check=True).stdout.strip().startswith("zoo ")
     unknown = zoo_cli("list", "--task", "nosuch")

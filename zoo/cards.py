@@ -7,6 +7,7 @@ timm's pretrained configs separate them). Every measured field is written by cod
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -20,6 +21,10 @@ from zoo.variants import KINDS, kind_of
 CARD_FILE = "card.yaml"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 FRACTION_METRICS = {"accuracy"}  # and every "*_accuracy": shares of examples, in [0, 1]
+# A rebuild on another machine (CPU flags or library versions other than the card records) trains along another
+# rounding path: its accuracy moves the way another seed's does, not the way the same bytes re-measured on other
+# kernels do. It is held to this many standard errors of the card's accuracy on the examples measured.
+RETRAINING_STANDARD_ERRORS = 3.0
 
 
 class Strict(BaseModel):
@@ -168,6 +173,20 @@ class ModelCard(Strict):
 
     def metric(self, variant: str) -> float | None:
         return self.variants[variant].metrics.get(self.primary_metric)
+
+    def accuracy_band(self, variant: str, examples: int, retrained: bool = False) -> float:
+        """How far below the card's primary metric a measurement of `variant` on `examples` examples may land.
+
+        The card's bytes (or a rebuild that reproduced them): the variant's tolerance. A retraining on a machine whose
+        CPU flags or libraries differ from the card's build record (`retrained`): at least RETRAINING_STANDARD_ERRORS
+        standard errors of the card's accuracy on that many examples, the count smoothed by one right and one wrong
+        answer so that a perfect score still allows for an error or two."""
+        tolerance = self.variants[variant].tolerance
+        claimed = self.metric(variant)
+        if not retrained or claimed is None or examples <= 0:
+            return tolerance
+        share = (claimed * examples + 1) / (examples + 2)
+        return max(tolerance, RETRAINING_STANDARD_ERRORS * math.sqrt(share * (1 - share) / examples))
 
     def keeps_accuracy(self, variant: str) -> bool:
         """The variant's primary metric is within its tolerance of fp32's (what `--fastest` may pick)."""

@@ -6,7 +6,8 @@ result like a download.
   file of the run that matches its card sha256 with it, so the int8 file of the same run is not built again).
 - Other bytes (another CPU or library version than the card records): never cached under the card's sha256. Kept as
   a *local build* under $ZOO_HOME/local-builds, served only if the run's own measurement of the entry's test set is
-  within the card's tolerance, and reported as "rebuilt locally: differs from the published bytes (…)".
+  within the card's tolerance (on another CPU or libraries: the retraining band, ModelCard.accuracy_band), and
+  reported as "rebuilt locally: differs from the published bytes (…)".
 
 Never silent: the policy is `--build` / `--no-build` on the command line, else ZOO_BUILD_ON_MISS (ask, always, never;
 default ask: a question on a terminal, a refusal saying how to allow it elsewhere). Concurrent fetches wait on the
@@ -193,7 +194,7 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
 
 def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log) -> tuple[Path, str]:
     """Every file of the run the card lists: cached when it has the card's bytes, else kept as a local build when its
-    accuracy is within the card's tolerance; then the requested one, or why it cannot be served."""
+    accuracy is within the card's tolerance (the retraining band on another machine); then the requested one, or why it cannot be served."""
     summary = RunSummary.read(out)
     if key not in summary.variants:
         raise ZooError(f"the recipe run of '{entry.name}' made no '{key}' file (it made {', '.join(summary.variants)})")
@@ -212,7 +213,8 @@ def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log
             served[other] = (cache.get(card) or cache.admit(path, card),
                              f"built from its recipe at {commit[:12]} (same sha256 as the card)")
             continue
-        record = _local_record(entry, other, card, got, Path(made.file).name, made.accuracy, commit)
+        record = _local_record(entry, other, card, got, Path(made.file).name, made.accuracy, commit,
+                               entry.card.dataset.splits.get(summary.eval_split, 0))
         if math.isnan(record.card_accuracy) or record.accuracy < record.card_accuracy - record.tolerance:
             refused[other] = record.describe()
             continue
@@ -229,11 +231,12 @@ def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log
 
 
 def _local_record(entry: Entry, key: str, card: Pointer, got: Pointer, file: str, accuracy: float,
-                  commit: str) -> LocalBuild:
+                  commit: str, examples: int) -> LocalBuild:
     spec, t = entry.card.variants[key], entry.card.training
     differences = machine_differences(t)
     if faults.armed("build-cpu") is not None:
         differences.append("torch kernels of a CPU without AVX (ZOO_TEST_FAULT build-cpu) vs the build's AVX2")
-    card_accuracy = spec.metrics.get(entry.card.primary_metric)
+    card_accuracy = entry.card.metric(key)
+    band = entry.card.accuracy_band(key, examples, retrained=bool(differences))
     return LocalBuild(entry.name, key, card.oid, got.oid, got.size, file, commit, cpu_info()["model"], differences,
-                      round(accuracy, 6), float("nan") if card_accuracy is None else card_accuracy, spec.tolerance)
+                      round(accuracy, 6), float("nan") if card_accuracy is None else card_accuracy, round(band, 6))
