@@ -9,7 +9,10 @@
 - Handwritten digits: scikit-learn's SVC (RBF kernel, C=10, on the raw 64 pixels, trained on the entry's training
   split) against every variant of digits-cnn on its test split; ms per image, one at a time.
 
-Writes benchmarks/results/baselines.{json,md}; each model page shows its rows (zoo/docs.py).
+Writes benchmarks/results/baselines.{json,md}; each model page shows its rows (zoo/docs.py). The results are a list
+of runs, each measured side by side on one machine: the classic tools and the entries it was given. Naming entries
+measures them again (with the classic tools, in a new run) and takes them out of the earlier runs, so an entry
+rebuilt on its own is re-measured without rebuilding the catalog; no names measures everything in one run.
 
     python benchmarks/baselines.py [--speed-texts 300] [NAME ...]
 """
@@ -31,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from zoo import catalog  # noqa: E402
 from zoo.data import langid, load_dataset  # noqa: E402
+from zoo.docs import baseline_runs  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import predict, session  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
@@ -187,15 +191,30 @@ def digits_benchmark(names: list[str], speed_images: int) -> dict:
     return {"test_examples": len(y_test), "rows": rows, "not_measured": not_measured}
 
 
-def markdown(record: dict) -> str:
-    cpu, threads = record["cpu"]["model"], record["threads"]
-    lines = ["# The entries next to the classic tools", "",
-             f"Measured by `python benchmarks/baselines.py` on {cpu}, {threads} thread, one text (image) at a time for "
-             "speed; the same examples for every row.", ""]
+def markdown(runs: list[dict]) -> str:
+    lines = ["# The entries next to the classic tools", ""]
+    for record in runs:
+        cpu, threads = record["cpu"]["model"], record["threads"]
+        lines += [f"## {run_title(record)}", "",
+                  f"Measured side by side by `python benchmarks/baselines.py` on {cpu}, {threads} thread, one text "
+                  "(image) at a time for speed; the same examples for every row of this run.", ""]
+        lines += _run_markdown(record)
+    return "\n".join(lines)
+
+
+def run_title(record: dict) -> str:
+    """The entries a run measured (or tried to) and its machine."""
+    entries = sorted({r["tool"] for task in record["tasks"].values()
+                      for r in [*task["rows"], *task.get("not_measured", [])] if r.get("kind", "entry") == "entry"})
+    return f"{', '.join(entries)}: measured on {record['cpu']['model']}"
+
+
+def _run_markdown(record: dict) -> list[str]:
+    lines = []
     for task, result in record["tasks"].items():
         if task == "language-identification":
             sets = list(result["test_sets"])
-            lines += ["## Language identification", "",
+            lines += ["### Language identification", "",
                       "Accuracy on each test set (" + ", ".join(f"{s}: {n:,} texts" for s, n in result["test_sets"].items())
                       + ") and ms per text.", "",
                       "| tool | " + " | ".join(sets) + " | ms/text |", "| --- |" + " ---: |" * (len(sets) + 1)]
@@ -204,7 +223,7 @@ def markdown(record: dict) -> str:
                 lines.append(f"| {label} | " + " | ".join(f"{100 * row['sets'][s]['accuracy']:.1f}" for s in sets)
                              + f" | {row['ms_per_text']:.2f} |")
             for s in ("fortunes", "second-domain"):
-                lines += ["", f"### {s}: by language and by length (characters)", "",
+                lines += ["", f"#### {s}: by language and by length (characters)", "",
                           "| tool | " + " | ".join(result["labels"]) + " | " +
                           " | ".join(result["rows"][0]["sets"][s]["by_length"]) + " |",
                           "| --- |" + " ---: |" * (len(result["labels"]) + len(result["rows"][0]["sets"][s]["by_length"]))]
@@ -215,13 +234,29 @@ def markdown(record: dict) -> str:
                     lines.append(f"| {row['tool']} | " + " | ".join(f"{100 * v:.1f}" for v in b["by_language"].values())
                                  + " | " + " | ".join(f"{100 * v:.1f}" for v in b["by_length"].values()) + " |")
         else:
-            lines += ["", "## Handwritten digits", "", f"Accuracy on the {result['test_examples']} test images.", "",
+            lines += ["", "### Handwritten digits", "", f"Accuracy on the {result['test_examples']} test images.", "",
                       "| tool | accuracy | ms/image |", "| --- | ---: | ---: |"]
             lines += [f"| {r['tool']}{' ' + r['variant'] if r.get('variant') else ''} | {100 * r['accuracy']:.1f} | "
                       f"{r['ms_per_text']:.3f} |" for r in result["rows"]]
         lines += [f"- not measured: {r['tool']} {r['variant']} ({r['reason']})" for r in result.get("not_measured", [])]
         lines.append("")
-    return "\n".join(lines)
+    return lines
+
+
+def merged(earlier: dict, record: dict, names: list[str]) -> dict:
+    """The results after `record`, a run of the entries `names`: earlier runs keep the other entries' rows (with the
+    classic tools measured next to them); a task left without an entry, and a run left without a task, are dropped."""
+    kept = []
+    for run in baseline_runs(earlier):
+        tasks = {}
+        for task, result in run["tasks"].items():
+            rows = [r for r in result["rows"] if r["kind"] != "entry" or r["tool"] not in names]
+            missed = [r for r in result.get("not_measured", []) if r["tool"] not in names]
+            if missed or any(r["kind"] == "entry" for r in rows):
+                tasks[task] = {**result, "rows": rows, "not_measured": missed}
+        if tasks:
+            kept.append({**run, "tasks": tasks})
+    return {"runs": [*kept, record] if record["tasks"] else kept}
 
 
 def main() -> None:
@@ -239,10 +274,13 @@ def main() -> None:
         record["tasks"]["language-identification"] = langid_benchmark(text, args.speed_texts)
     if digits:
         record["tasks"]["digits"] = digits_benchmark(digits, args.speed_texts)
+    path = RESULTS / "baselines.json"
+    earlier = json.loads(path.read_text()) if args.names and path.is_file() else {}
+    results = merged(earlier, record, [*text, *digits])
     RESULTS.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(RESULTS / "baselines.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(RESULTS / "baselines.md", markdown(record))
-    print(markdown(record))
+    atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+    atomic_write_text(RESULTS / "baselines.md", markdown(results["runs"]))
+    print(markdown(results["runs"]))
 
 
 if __name__ == "__main__":

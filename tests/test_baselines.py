@@ -38,3 +38,24 @@ def test_robustness_copies_keep_labels_and_change_text():
         assert copy_labels == labels and len(copies) == len(texts) and copies != texts, name
     assert all(len(t.split()) <= 3 for t in sets["short (first 3 words)"][0])
     assert not any(c in t for t in sets["no punctuation"][0] for c in ".,—")
+
+
+def test_re_measuring_an_entry_replaces_its_rows_and_keeps_the_others_runs():
+    """An entry rebuilt on its own is measured again in a new run (with the classic tools, on that machine); the other
+    entries keep the run that measured them, classic tools included; a run left without an entry goes."""
+    def run(cpu: str, entries: list[str], missed: list[str] = ()) -> dict:
+        rows = [{"tool": "langid.py", "kind": "baseline"}] + [{"tool": e, "variant": "fp32", "kind": "entry"}
+                                                               for e in entries]
+        return {"cpu": {"model": cpu}, "threads": 1, "tasks": {"language-identification": {
+            "rows": rows, "not_measured": [{"tool": e, "variant": "fp32", "reason": "in no store"} for e in missed]}}}
+
+    first = run("A", ["bert-tiny", "bert-mini"], missed=["minilm-l6"])  # the one-run layout of earlier results
+    results = baselines.merged(first, run("B", ["bert-mini"]), ["bert-mini"])
+    assert [r["cpu"]["model"] for r in results["runs"]] == ["A", "B"]
+    kept = results["runs"][0]["tasks"]["language-identification"]
+    assert [r["tool"] for r in kept["rows"]] == ["langid.py", "bert-tiny"]
+    assert [r["tool"] for r in kept["not_measured"]] == ["minilm-l6"]
+    results = baselines.merged(results, run("C", ["bert-tiny", "minilm-l6"]), ["bert-tiny", "minilm-l6"])
+    assert [r["cpu"]["model"] for r in results["runs"]] == ["B", "C"]  # run A has nothing left of its own
+    assert [baselines.run_title(r) for r in results["runs"]] == ["bert-mini: measured on B",
+                                                                  "bert-tiny, minilm-l6: measured on C"]

@@ -117,30 +117,36 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
     """benchmarks/baselines.py's rows reach a model page only for the files whose sha256 is the card's."""
     import json
 
-    from zoo.docs import RESULTS, baselines_section
+    from zoo.docs import RESULTS, baseline_runs, baselines_section
 
     card = catalog.get_card("digits-cnn")
     fp32 = card.variants["fp32"]
-    record = {"cpu": {"model": "Some CPU"}, "threads": 1, "tasks": {"digits": {"test_examples": 360, "rows": [
-        {"tool": "scikit-learn SVC (RBF, C=10, raw pixels)", "kind": "baseline", "accuracy": 0.983, "ms_per_text": 0.2},
-        {"tool": "digits-cnn", "variant": "fp32", "kind": "entry", "sha256": fp32.sha256, "accuracy": 1.0,
-         "ms_per_text": 0.03}]}}}
-    lines = "\n".join(baselines_section(card, record))
-    assert "Against the classic tools" in lines and "Some CPU, 1 thread" in lines
+    def run(cpu: str, sha256: str, svc: float) -> dict:
+        return {"cpu": {"model": cpu}, "threads": 1, "tasks": {"digits": {"test_examples": 360, "rows": [
+            {"tool": "scikit-learn SVC (RBF, C=10, raw pixels)", "kind": "baseline", "accuracy": svc, "ms_per_text": 0.2},
+            {"tool": "digits-cnn", "variant": "fp32", "kind": "entry", "sha256": sha256, "accuracy": 1.0,
+             "ms_per_text": 0.03}]}}}
+
+    # Two runs: an older build measured on one machine, this build on another; the page shows this build's run,
+    # with the classic tool as measured next to it.
+    results = {"runs": [run("Old CPU", "0" * 64, 0.5), run("Some CPU", fp32.sha256, 0.983)]}
+    lines = "\n".join(baselines_section(card, results))
+    assert "Against the classic tools" in lines and "Some CPU, 1 thread" in lines and "Old CPU" not in lines
     assert "| scikit-learn SVC (RBF, C=10, raw pixels) | 98.3 | 0.200 |" in lines and "| **digits-cnn fp32** | 100.0 |" in lines
+    record = results["runs"][1]
     record["tasks"]["digits"]["rows"][1]["sha256"] = "0" * 64  # measured on another build: not shown as this one's
-    assert baselines_section(card, record) == []
+    assert baselines_section(card, results) == []
     record["tasks"]["digits"]["not_measured"] = [{"tool": "digits-cnn", "variant": "fp32", "sha256": fp32.sha256,
                                                   "reason": "not in the store"}]
     assert "Not measured on this build by `python benchmarks/baselines.py`: not in the store" in \
-        "\n".join(baselines_section(card, record))
+        "\n".join(baselines_section(card, results))
     # The committed results are of the catalog's current files: every built entry of a task with a classic tool.
-    committed = json.loads((RESULTS / "baselines.json").read_text())
-    measured = {(r["tool"], r["variant"], r["sha256"]) for task in committed["tasks"].values() for r in task["rows"]
-                if r["kind"] == "entry"}
+    tasks = [task for run in baseline_runs(json.loads((RESULTS / "baselines.json").read_text()))
+             for task in run["tasks"].values()]
+    measured = {(r["tool"], r["variant"], r["sha256"]) for task in tasks for r in task["rows"] if r["kind"] == "entry"}
     # A file the benchmark could not fetch is listed with its reason (and said so on its page), never silently left out.
-    measured |= {(r["tool"], r["variant"], r["sha256"]) for task in committed["tasks"].values()
-                 for r in task.get("not_measured", []) if r["reason"]}
+    measured |= {(r["tool"], r["variant"], r["sha256"]) for task in tasks for r in task.get("not_measured", [])
+                 if r["reason"]}
     for name, entry in catalog.entries().items():
         if entry.card.task == "language-identification" or entry.card.dataset.name == "digits":
             for key, v in entry.card.variants.items():

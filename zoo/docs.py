@@ -274,9 +274,24 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     return "\n".join(lines) + "\n"
 
 
-def baselines_section(c: ModelCard, record: dict) -> list[str]:
+def baselines_section(c: ModelCard, results: dict) -> list[str]:
     """The entry next to the classic tool for its task, from benchmarks/baselines.py: the same examples, accuracy and
-    speed side by side; only files whose sha256 is the card's (an older build's numbers are not shown as this one's)."""
+    speed side by side, from the one run that measured this build's files (the classic tools were measured in the
+    same run, on the same machine); only files whose sha256 is the card's (an older build's numbers are not shown as
+    this one's)."""
+    for record in baseline_runs(results):
+        if lines := _baselines_run(c, record):
+            return lines
+    return []
+
+
+def baseline_runs(results: dict) -> list[dict]:
+    """The runs of benchmarks/baselines.json, each measured on one machine (results written before runs were kept
+    apart hold one run at the top level)."""
+    return results.get("runs", [results] if "tasks" in results else [])
+
+
+def _baselines_run(c: ModelCard, record: dict) -> list[str]:
     task = record.get("tasks", {}).get("language-identification" if c.task == "language-identification" else
                                        c.dataset.name, {})
     rows = task.get("rows", [])
