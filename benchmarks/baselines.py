@@ -115,12 +115,12 @@ def per_text_ms(classify, texts: list[str]) -> float:
     return 1000 * (time.perf_counter() - started) / len(texts)
 
 
-def entry_files(name: str, not_measured: list[dict]) -> dict[str, Path]:
+def entry_files(name: str) -> tuple[dict[str, Path], list[dict]]:
     """The entry's inference files on its own test data (variants retrained by another recipe, on other data, are
-    measured on that data by their card); a file that cannot be fetched here is recorded in `not_measured`, why
-    included, so the results say which of the catalog's files they leave out."""
+    measured on that data by their card), and the files that cannot be fetched here, why included, so the results
+    say which of the catalog's files they leave out."""
     card = catalog.get_card(name)
-    out = {}
+    out, not_measured = {}, []
     for key, variant in card.variants.items():
         if variant.built and kind_of(key, variant).inference and variant.format == "onnx" and variant.recipe is None:
             try:
@@ -129,7 +129,7 @@ def entry_files(name: str, not_measured: list[dict]) -> dict[str, Path]:
                 print(f"skip {name} {key}: {exc}", file=sys.stderr)
                 not_measured.append({"tool": name, "variant": key, "sha256": variant.sha256,
                                      "reason": str(exc).splitlines()[0].removesuffix(" Tried:")})
-    return out
+    return out, not_measured
 
 
 def langid_benchmark(names: list[str], speed_texts: int) -> dict:
@@ -146,7 +146,9 @@ def langid_benchmark(names: list[str], speed_texts: int) -> dict:
                      "sets": {s: breakdown([tool(t) for t in tx], tx, y) for s, (tx, y) in sets.items()},
                      "ms_per_text": per_text_ms(tool, speed_sample)})
     for name in names:
-        for key, path in entry_files(name, not_measured).items():
+        files, missed = entry_files(name)
+        not_measured += missed
+        for key, path in files.items():
             print(f"{name} {key} ...", file=sys.stderr)
             meta = read_metadata(path)  # files built before the tokenizer travelled inside: the dataset's
             tokenizer = (Tokenizer.from_str(meta["zoo.tokenizer"]) if "zoo.tokenizer" in meta else
@@ -181,7 +183,9 @@ def digits_benchmark(names: list[str], speed_images: int) -> dict:
              "ms_per_text": per_text_ms(lambda i: svc.predict(flat[i:i + 1]), list(range(speed_images)))}]
     not_measured: list[dict] = []
     for name in names:
-        for key, path in entry_files(name, not_measured).items():
+        files, missed = entry_files(name)
+        not_measured += missed
+        for key, path in files.items():
             sess = session(path, threads=1)
             feed = sess.get_inputs()[0].name
             rows.append({"tool": name, "variant": key, "kind": "entry", "sha256": sha256_file(path),
