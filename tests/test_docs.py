@@ -123,7 +123,8 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
     fp32 = card.variants["fp32"]
     def run(cpu: str, sha256: str, svc: float) -> dict:
         return {"cpu": {"model": cpu}, "threads": 1, "tasks": {"digits": {"test_examples": 360, "rows": [
-            {"tool": "scikit-learn SVC (RBF, C=10, raw pixels)", "kind": "baseline", "accuracy": svc, "ms_per_text": 0.2},
+            {"tool": "scikit-learn SVC (RBF, C=10, raw pixels)", "kind": "baseline", "accuracy": svc,
+             "ms_per_text": 0.2},
             {"tool": "digits-cnn", "variant": "fp32", "kind": "entry", "sha256": sha256, "accuracy": 1.0,
              "ms_per_text": 0.03}]}}}
 

@@ -170,7 +170,8 @@ def _reproduce(entry: Entry, scratch: Path, log) -> list[Row]:
         new = result.rebuilt_card.variants.get(key)
         if variant.built and new is not None:
             claimed, measured = entry.card.metric(key), result.rebuilt_card.metric(key)
-            band = entry.card.accuracy_band(key, examples, retrained=not result.comparable and new.sha256 != variant.sha256)
+            retrained = not result.comparable and new.sha256 != variant.sha256
+            band = entry.card.accuracy_band(key, examples, retrained)
             rows.append(Row(entry.name, key, "reproduce accuracy", measured >= claimed - band, measured,
                             claimed, detail=f"rebuilt at {result.commit[:12]}, tolerance {band:.4g}"))
     return rows
@@ -195,7 +196,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
     split = load_dataset(card.dataset.name).test
-    differences = machine_differences(card.training)
+    differences = machine_differences(card.training) if source == "rebuilt" else []
     retrained_elsewhere = source == "rebuilt" and bool(differences) and any(
         measured_card.variants.get(k) is None or measured_card.variants[k].sha256 != v.sha256 for k, v in built.items())
     checks = EntryChecks(card, measured_card, folder, scratch, split.x.numpy(), split.y.numpy(), test_sets,

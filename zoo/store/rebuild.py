@@ -194,7 +194,8 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
 
 def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log) -> tuple[Path, str]:
     """Every file of the run the card lists: cached when it has the card's bytes, else kept as a local build when its
-    accuracy is within the card's tolerance (the retraining band on another machine); then the requested one, or why it cannot be served."""
+    accuracy is within the card's tolerance (the retraining band on another machine); then the requested one, or why
+    it cannot be served."""
     summary = RunSummary.read(out)
     if key not in summary.variants:
         raise ZooError(f"the recipe run of '{entry.name}' made no '{key}' file (it made {', '.join(summary.variants)})")
