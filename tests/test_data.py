@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -62,6 +67,46 @@ def test_trained_vocabulary_rides_in_the_dataset_and_fits_the_model():
     uncased = load_dataset("langid")
     assert uncased.model_args == {"vocab_size": 30522}
     assert torch.equal(uncased.test_sets["second-domain"].y, data.test_sets["second-domain"].y)
+
+
+def test_the_trained_vocabulary_is_committed_and_fits_the_training_split():
+    # The dataset's ids come from the committed vocabulary, never from a training on this machine (not deterministic)
+    committed = json.loads(langid.VOCABULARY.read_text())["model"]["vocab"]
+    assert json.loads(langid.tokenizer_json(langid.TRAINED))["model"]["vocab"] == committed
+    # the cache key follows the vocabulary: arrays encoded with another vocabulary are never reused
+    assert hashlib.sha256(langid.tokenizer_json(langid.TRAINED).encode()).hexdigest()[:12] in \
+        langid._version(langid.TRAINED)
+    # ...and that vocabulary is what training on today's training split gives, up to the trainer's tie-breaking: a
+    # change to the texts that moves the vocabulary fails here until `zoo vocabulary` retrains it.
+    fresh = json.loads(langid.train_tokenizer().to_str())["model"]["vocab"]
+    assert len(set(fresh) & set(committed)) >= 0.99 * len(committed)
+
+
+_BUILD_AT_ONCE = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from zoo.data.base import cached_arrays
+
+    def build():
+        with open(sys.argv[1], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+        time.sleep(2)
+        return {"x": np.random.default_rng().integers(0, 1 << 30, size=64)}  # another draw in every process
+
+    np.save(sys.argv[2], cached_arrays("probe", "v1", build)["x"])
+""")
+
+
+def test_ranks_wanting_one_dataset_at_once_build_it_once_and_agree(tmp_path):
+    # As the two ranks of `zoo build` on a cold data cache: the second waits for the first's arrays.
+    env = {**os.environ, "ZOO_DATA_DIR": str(tmp_path / "data")}
+    log = tmp_path / "builds.log"
+    ranks = [subprocess.Popen([sys.executable, "-c", _BUILD_AT_ONCE, str(log), str(tmp_path / f"rank{i}.npy")],
+                              env=env) for i in range(2)]
+    assert [r.wait(timeout=120) for r in ranks] == [0, 0]
+    assert len(log.read_text().split()) == 1, "both ranks built the dataset"
+    assert np.array_equal(np.load(tmp_path / "rank0.npy"), np.load(tmp_path / "rank1.npy"))
+    assert [p.name for p in (tmp_path / "data").iterdir() if not p.name.endswith(".lock")] == ["probe-v1.npz"]
 
 
 def test_pixel_shifts_augment_only_the_training_split():

@@ -453,6 +453,15 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
 
 
 @app.command()
+def vocabulary() -> None:
+    """Train the langid-16k WordPiece vocabulary anew on the training split and write it into the checkout
+    (zoo/data/vocab/): a deliberate change, after which every entry trained on it is rebuilt."""
+    from zoo.data.langid import write_vocabulary  # lazy, as docs
+
+    out.print(f"wrote {write_vocabulary()}; rebuild every entry on this dataset (zoo build NAME)")
+
+
+@app.command()
 def docs() -> None:
     """Generate the docs site's model pages and references from the cards (then `mkdocs build`)."""
     from zoo.docs import generate  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
-
 import importlib
 import io
 
 import numpy as np
+import torch
+from filelock import FileLock
 
 from zoo.config import data_dir
 from zoo.errors import ZooError
@@ -81,13 +81,16 @@ def require(module: str, package: str):
 
 def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
     """Arrays built once and kept under the data cache (zoo.config.data_dir, written atomically), so every rank and
-    every later run reuses them."""
+    every later run reuses them. Processes that want the same arrays at once (the ranks of one torchrun) wait on a
+    file lock for the first to build them, so all of them train on the same arrays."""
     path = data_dir() / f"{name}-{version}.npz"
-    if path.exists():
-        with np.load(path) as stored:
-            return {k: stored[k] for k in stored.files}
-    arrays = build()
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    atomic_write_bytes(path, buffer.getvalue())
-    return arrays
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            with np.load(path) as stored:
+                return {k: stored[k] for k in stored.files}
+        arrays = build()
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write_bytes(path, buffer.getvalue())
+        return arrays

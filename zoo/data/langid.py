@@ -19,6 +19,12 @@ with the `tokenizers` library: lowercased, accents kept; for entries trained fro
 benchmarks/tokenization.py) and `langid` (the English-uncased BERT vocabulary that imported checkpoints such as
 all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
 tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file is all a user needs.
+
+The trained vocabulary is committed (zoo/data/vocab/langid-16k.json), not retrained on each machine: `tokenizers`'
+WordPiece trainer is not deterministic (huggingface/tokenizers#1794: hash-map order decides ties, so two trainings on
+the same texts give a different token set and other ids), and a token id that moves silently breaks every entry
+trained on the old ids. `zoo vocabulary` trains it anew (a deliberate change: every entry on
+`langid-16k` is then rebuilt); the dataset cache is keyed by the vocabulary's sha256.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ SECOND_DOMAIN_TEST = 300
 TRAIN_PER_LANGUAGE = 16000
 VOCAB_SIZE = 16000  # chosen by benchmarks/tokenization.py (results/tokenization.md)
 TRAINED = f"langid-{VOCAB_SIZE // 1000}k"  # the dataset with the trained vocabulary
+VOCABULARY = Path(__file__).parent / "vocab" / f"{TRAINED}.json"  # TRAINED's tokenizer, committed (see above)
 TEXTS_VERSION = "v3"
 
 
@@ -262,12 +269,28 @@ def train_texts() -> tuple[list[str], list[int]]:
 
 
 def train_tokenizer(vocab_size: int = VOCAB_SIZE):
-    """A WordPiece vocabulary trained on the training split (originals only): lowercased, accents kept."""
+    """A WordPiece vocabulary trained on the training split (originals only): lowercased, accents kept. Not
+    deterministic (see the module's notes): the dataset reads the committed VOCABULARY instead."""
     tokenizers = require("tokenizers", "tokenizers")
     tokenizer = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=False, clean_text=True)
     tokenizer.train_from_iterator(texts()["splits"]["train"][0], vocab_size=vocab_size, min_frequency=2,
                                   special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
     return _fixed_length(tokenizer)
+
+
+def write_vocabulary(path: Path = VOCABULARY) -> Path:
+    """Train TRAINED's vocabulary anew and write it (pretty JSON, so a change reads as a diff)."""
+    atomic_write_text(path, train_tokenizer(VOCAB_SIZE).to_str(pretty=True) + "\n")
+    return path
+
+
+def committed_tokenizer():
+    """TRAINED's tokenizer: the committed VOCABULARY, the same ids on every machine."""
+    if not VOCABULARY.is_file():
+        raise ZooError(f"the {TRAINED} vocabulary {VOCABULARY.name} is missing from the checkout: restore it with "
+                       "`git checkout -- zoo/data/vocab` (or train a new one: zoo vocabulary)")
+    tokenizers = require("tokenizers", "tokenizers")
+    return _fixed_length(tokenizers.Tokenizer.from_str(VOCABULARY.read_text()))
 
 
 def uncased_tokenizer():
@@ -286,20 +309,18 @@ def encode(tokenizer, batch: list[str]) -> np.ndarray:
     return np.array([e.ids for e in tokenizer.encode_batch(batch)], dtype=np.int64).reshape(len(batch), MAX_TOKENS)
 
 
-def _version(name: str) -> str:
-    return f"{TEXTS_VERSION}-{MAX_TOKENS}"
-
-
-TOKENIZATIONS = {TRAINED: lambda: train_tokenizer(VOCAB_SIZE), "langid": uncased_tokenizer}
+TOKENIZATIONS = {TRAINED: committed_tokenizer, "langid": uncased_tokenizer}
 
 
 @cache
 def tokenizer_json(name: str) -> str:
-    """The dataset's tokenizer as the `tokenizers` library's JSON (cached beside its arrays)."""
-    path = data_dir() / f"{name}-{_version(name)}-tokenizer.json"
-    if not path.exists():
-        atomic_write_text(path, TOKENIZATIONS[name]().to_str())
-    return path.read_text()
+    """The dataset's tokenizer as the `tokenizers` library's (compact) JSON: what every ONNX file carries."""
+    return TOKENIZATIONS[name]().to_str()
+
+
+def _version(name: str) -> str:
+    """The arrays' cache key: the texts' version, the input length and the tokenizer's sha256."""
+    return f"{TEXTS_VERSION}-{MAX_TOKENS}-{hashlib.sha256(tokenizer_json(name).encode()).hexdigest()[:12]}"
 
 
 def tokenizer(name: str):
@@ -387,3 +408,4 @@ def load() -> Dataset:
 @cache
 def load_uncased() -> Dataset:
     return _load("langid")
+
