@@ -179,6 +179,35 @@ def test_a_retraining_elsewhere_is_held_to_the_retraining_band():
     assert card.accuracy_band("fp32", 10**7, retrained=True) == 0.001  # never tighter than the card's tolerance
 
 
+def test_a_file_carrying_another_tokenizer_than_its_dataset_fails_validation(tmp_path):
+    """A text entry's file measured on the dataset's ids must carry the dataset's tokenizer: a file trained on other
+    ids (a vocabulary retrained since) fails by name, not as a puzzling accuracy drop."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from zoo.cards import parse_card
+    from zoo.variants.checks import EntryChecks, _dataset_metadata_rows
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    variant = {"file": "model.onnx", "precision": "fp32", "opset": 17, "sha256": "0" * 64, "size": 10,
+               "metrics": {"accuracy": 1.0}}
+    card = parse_card(card_dict("text", {"fp32": variant}), "card.yaml")
+    rows = {}
+    for tokenizer in ("the dataset's", "an older one"):
+        model = helper.make_model(graph)
+        helper.set_model_props(model, {"zoo.tokenizer": tokenizer})
+        onnx.save(model, tmp_path / "model.onnx")
+        checks = EntryChecks(card, card, tmp_path, tmp_path, None, None, [],
+                             dataset_metadata={"zoo.tokenizer": "the dataset's"})
+        [rows[tokenizer]] = _dataset_metadata_rows(checks, "fp32", tmp_path / "model.onnx")
+    assert rows["the dataset's"].ok and rows["the dataset's"].check == "zoo.tokenizer"
+    assert not rows["an older one"].ok and "rebuild the entry" in rows["an older one"].detail
+    no_text = EntryChecks(card, card, tmp_path, tmp_path, None, None, [])
+    assert _dataset_metadata_rows(no_text, "fp32", tmp_path / "model.onnx") == []
+
+
 def test_cli_reads_as_a_user_expects():
     assert zoo_cli("--version", check=True).stdout.strip().startswith("zoo ")
     unknown = zoo_cli("list", "--task", "nosuch")

@@ -195,12 +195,13 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     test_sets = load_test_sets(folder)
     rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
-    split = load_dataset(card.dataset.name).test
+    data = load_dataset(card.dataset.name)
+    split = data.test
     differences = machine_differences(card.training) if source == "rebuilt" else []
     retrained_elsewhere = source == "rebuilt" and bool(differences) and any(
         measured_card.variants.get(k) is None or measured_card.variants[k].sha256 != v.sha256 for k, v in built.items())
     checks = EntryChecks(card, measured_card, folder, scratch, split.x.numpy(), split.y.numpy(), test_sets,
-                         retrained_elsewhere)
+                         retrained_elsewhere, data.onnx_metadata)
     for key, variant in built.items():
         path = folder / variant.file
         new = measured_card.variants.get(key)

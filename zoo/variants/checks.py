@@ -9,7 +9,7 @@ and writes the report; the checks are here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,9 @@ class EntryChecks:
     # The files are a rebuild with other bytes than the card's, made on a machine whose CPU flags or libraries differ
     # from the card's build record: accuracy is held to the retraining band (ModelCard.accuracy_band).
     retrained_elsewhere: bool = False
+    # What the dataset puts in every file (Dataset.onnx_metadata: a text dataset's tokenizer); a file carrying
+    # another one was trained on other ids than the test inputs it is measured on.
+    dataset_metadata: dict[str, str] = field(default_factory=dict)
     fp32_logits: np.ndarray | None = None
     fp32_accuracy: float | None = None
 
@@ -103,6 +106,7 @@ def variant_rows(checks: EntryChecks, key: str, variant: Variant) -> list[Row]:
         rows = [Row(name, key, "onnx.checker", True)]
     except Exception as exc:  # noqa: BLE001 - any checker failure is a failed row
         return [Row(name, key, "onnx.checker", False, detail=str(exc)[:200])]
+    rows += _dataset_metadata_rows(checks, key, path)
     if kind.reference == "retrained":  # the stored reference outputs are fp32's, not its own
         rows.append(_retrained_from_row(name, key, path, checks.measured_card))
         x, y = evaluation_data(checks.card, variant)
@@ -126,6 +130,18 @@ def variant_rows(checks: EntryChecks, key: str, variant: Variant) -> list[Row]:
         rows.append(Row(name, key, "int8 drop", rule.allows(drop), drop, rule.max_accuracy_drop,
                         detail="accuracy lost vs fp32 (bound: the recipe's quantization.max_accuracy_drop)"))
     return rows
+
+
+def _dataset_metadata_rows(checks: EntryChecks, key: str, path: Path) -> list[Row]:
+    """The file carries the dataset's own metadata (its tokenizer): else its inputs mean something else to it."""
+    if not checks.dataset_metadata:
+        return []
+    meta = read_metadata(path)
+    return [Row(checks.name, key, field_name, meta.get(field_name) == value,
+                detail=f"{field_name} equals the {checks.card.dataset.name} dataset's" if meta.get(field_name) == value
+                else f"{field_name} differs from the {checks.card.dataset.name} dataset's: the file was trained on "
+                     "other ids than it is measured on; rebuild the entry (zoo build)")
+            for field_name, value in sorted(checks.dataset_metadata.items())]
 
 
 def _accuracy_row(checks: EntryChecks, key: str, accuracy: float, examples: int) -> Row:
