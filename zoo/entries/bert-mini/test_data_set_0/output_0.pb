@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:5d9693d9b52729cc683b49b8ed48fbd790fb498efd81912bc3b6951165b6df1b
+oid sha256:46499327d8d1de920b5d657a0560223db4054def9880b30a2af251253e414d8d
 size 529
