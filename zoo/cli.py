@@ -456,7 +456,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
 def vocabulary() -> None:
     """Train the langid-16k WordPiece vocabulary anew on the training split and write it into the checkout
     (zoo/data/vocab/): a deliberate change, after which every entry trained on it is rebuilt."""
-    from zoo.data.langid import write_vocabulary  # lazy, as docs
+    from zoo.data.langid import write_vocabulary  # lazy: torch loads with the datasets; `zoo --help` must not wait
 
     out.print(f"wrote {write_vocabulary()}; rebuild every entry on this dataset (zoo build NAME)")
 
