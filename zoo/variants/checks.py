@@ -136,12 +136,14 @@ def _dataset_metadata_rows(checks: EntryChecks, key: str, path: Path) -> list[Ro
     """The file carries the dataset's own metadata (its tokenizer): else its inputs mean something else to it."""
     if not checks.dataset_metadata:
         return []
-    meta = read_metadata(path)
-    return [Row(checks.name, key, field_name, meta.get(field_name) == value,
-                detail=f"{field_name} equals the {checks.card.dataset.name} dataset's" if meta.get(field_name) == value
-                else f"{field_name} differs from the {checks.card.dataset.name} dataset's: the file was trained on "
-                     "other ids than it is measured on; rebuild the entry (zoo build)")
-            for field_name, value in sorted(checks.dataset_metadata.items())]
+    meta, dataset = read_metadata(path), checks.card.dataset.name
+    rows = []
+    for field_name, value in sorted(checks.dataset_metadata.items()):
+        same = meta.get(field_name) == value
+        rows.append(Row(checks.name, key, field_name, same, detail=f"{field_name} equals the {dataset} dataset's" if same
+                        else f"{field_name} differs from the {dataset} dataset's: the file was trained on other ids "
+                             "than it is measured on; rebuild the entry (zoo build)"))
+    return rows
 
 
 def _accuracy_row(checks: EntryChecks, key: str, accuracy: float, examples: int) -> Row:
