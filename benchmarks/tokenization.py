@@ -1,5 +1,6 @@
 """Which tokenization for the language-ID entries: the English-uncased BERT WordPiece against WordPiece vocabularies
-trained on the training split (zoo.data.langid.train_tokenizer) at several sizes, measured on both test sets.
+trained on the training split's balanced sample (zoo.data.langid.train_tokenizer) at several sizes, measured on both
+test sets.
 
 Per language: [UNK] tokens per 100 words, pieces per word, words cut into 3 or more pieces (fragments), and texts
 cut off by the 64-token input. The vocabulary the `langid-16k` dataset uses (zoo.data.langid.VOCAB_SIZE) is chosen

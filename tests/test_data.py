@@ -20,6 +20,10 @@ from zoo.errors import ZooError
 # sha256 of the fortunes test texts joined by newlines: the 2,400 texts the first catalog builds were measured on
 # (computed with that commit's zoo/data/langid.py), so accuracies stay comparable across builds.
 FIRST_BUILDS_TEST = "e9fdf1ddbef1d7038c773e9a3b936d671130ecd2c4d935d13dd9b48d22ae7752"
+# ...and of the second-domain texts and of the vocabulary's training sample (the v3 training split the committed
+# vocabulary was trained on): more training text leaves both where they were.
+SECOND_DOMAIN_V3 = "fea4ac40f5f4934e97cf5d483c234b0f7a0335a1c0a7400c0951a121f5796bcb"
+VOCABULARY_SAMPLE_V3 = "63f301a24227e33f86787d9672cd3933cceaeafd4a86eca96276adb989e948d3"
 
 
 def _digest(texts: list[str]) -> str:
@@ -29,14 +33,16 @@ def _digest(texts: list[str]) -> str:
 def test_langid_splits_sources_and_the_unchanged_test_set():
     info = langid.texts()
     splits = info["splits"]
-    assert _digest(splits["test"][0]) == FIRST_BUILDS_TEST
+    assert _digest(splits["test"][0]) == FIRST_BUILDS_TEST and _digest(splits["second-domain"][0]) == SECOND_DOMAIN_V3
+    assert _digest(langid.vocabulary_texts()) == VOCABULARY_SAMPLE_V3
     per_language = {split: torch.bincount(torch.tensor(labels)).tolist() for split, (_, labels) in splits.items()}
     assert per_language["test"] == [300] * 8 and per_language["second-domain"] == [300] * 8
     assert per_language["train"] == [langid.TRAIN_PER_LANGUAGE] * 8  # tens of thousands of texts per language exist
     train = set(splits["train"][0])
-    assert not train & set(splits["test"][0]) and not train & set(splits["second-domain"][0])
+    held_out = set(splits["test"][0]) | set(splits["val"][0]) | set(splits["second-domain"][0])
+    assert not train & held_out
     for language, counts in info["sources"].items():  # more than one source for every language
-        assert counts["fortunes"] > 1500 and counts["libreoffice-help"] > 1500, (language, counts)
+        assert counts["fortunes"] > 1500 and counts["libreoffice-help"] > 15000, (language, counts)
     # Translations keep untranslated paragraphs in English: none of them is labelled as another language.
     english_help = set(langid.libreoffice_help("en")) | set(langid.gnome_help("en"))
     en = langid.LABELS.index("en")
@@ -76,7 +82,7 @@ def test_the_trained_vocabulary_is_committed_and_fits_the_training_split():
     # the cache key follows the vocabulary: arrays encoded with another vocabulary are never reused
     assert hashlib.sha256(langid.tokenizer_json(langid.TRAINED).encode()).hexdigest()[:12] in \
         langid._version(langid.TRAINED)
-    # ...and that vocabulary is what training on today's training split gives, up to the trainer's tie-breaking: a
+    # ...and that vocabulary is what training on today's vocabulary sample gives, up to the trainer's tie-breaking: a
     # change to the texts that moves the vocabulary fails here until `zoo vocabulary` retrains it.
     fresh = json.loads(langid.train_tokenizer().to_str())["model"]["vocab"]
     assert len(set(fresh) & set(committed)) >= 0.99 * len(committed)

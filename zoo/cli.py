@@ -454,7 +454,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
 
 @app.command()
 def vocabulary() -> None:
-    """Train the langid-16k WordPiece vocabulary anew on the training split and write it into the checkout
+    """Train the langid-16k WordPiece vocabulary anew on the training split's sample and write it into the checkout
     (zoo/data/vocab/): a deliberate change, after which every entry trained on it is rebuilt."""
     from zoo.data.langid import write_vocabulary  # lazy: torch loads with the datasets; `zoo --help` must not wait
 

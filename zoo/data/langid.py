@@ -14,8 +14,8 @@ $ZOO_TEXT_DIR (default: <venv>/share/zoo-data/text/<package>/, each with its VER
 usr/share/doc/<package>/copyright); the text is used for training and measurement and not redistributed: the zoo
 ships models, not the text.
 
-Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on the training split
-with the `tokenizers` library: lowercased, accents kept; for entries trained from scratch; the size is measured by
+Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on a balanced sample of
+the training split, 16,000 texts per language, with the `tokenizers` library: lowercased, accents kept; for entries trained from scratch; the size is measured by
 benchmarks/tokenization.py) and `langid` (the English-uncased BERT vocabulary that imported checkpoints such as
 all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
 tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file is all a user needs.
@@ -63,15 +63,18 @@ MAX_TOKENS = 64
 MIN_CHARS, MAX_CHARS = 40, 600  # fortunes entries (as in the first builds: the test split stays the same)
 MIN_PARAGRAPH = 20  # help paragraphs: shorter ones are mostly menu names and labels
 # Per language: the fortunes val/test caps (as in the first builds), the second-domain test size and the training
-# texts per language (all of fortunes' training split, then help paragraphs up to this number; Portuguese, with the
-# fewest fortunes, is filled most from help).
+# texts per language (all of fortunes' training split, then help paragraphs up to this number: the most every language
+# has, Polish with 30,045; Portuguese, with the fewest fortunes, is filled most from help). The vocabulary is trained on
+# a balanced sample of them: the first VOCABULARY_SAMPLE texts of each language in the same order (the v3 training
+# split, from which the second-domain set excluded its texts: the second-domain set stays the same).
 CAPS = {"val": 150, "test": 300}
 SECOND_DOMAIN_TEST = 300
-TRAIN_PER_LANGUAGE = 16000
+TRAIN_PER_LANGUAGE = 30000
+VOCABULARY_SAMPLE = 16000
 VOCAB_SIZE = 16000  # chosen by benchmarks/tokenization.py (results/tokenization.md)
 TRAINED = f"langid-{VOCAB_SIZE // 1000}k"  # the dataset with the trained vocabulary
 VOCABULARY = Path(__file__).parent / "vocab" / f"{TRAINED}.json"  # TRAINED's tokenizer, committed (see above)
-TEXTS_VERSION = "v3"
+TEXTS_VERSION = "v4"
 
 
 def corpus_dir() -> Path:
@@ -228,33 +231,55 @@ def _take(texts: list[str], n: int) -> list[str]:
 @cache
 def texts() -> dict:
     """{split: (texts, labels)} for train / val / test (fortunes) and `second-domain` (gnome-help), plus counts by
-    source; cached as JSON in the data cache (zoo.config.data_dir)."""
+    source and the vocabulary's sample (its first texts of each language); cached as JSON in the data cache
+    (zoo.config.data_dir)."""
     path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
     if path.exists():
         return json.loads(path.read_text())
     out = {s: ([], []) for s in ("train", "val", "test", "second-domain")}
     sources: dict[str, dict[str, int]] = {}
-    for label, language in enumerate(LABELS):
+    candidates, held_out = {}, set()
+    for language in LABELS:
         by_split = {"train": [], "val": [], "test": []}
         for t in fortunes(language):
             by_split[_split_of(t)].append(t)
         chosen = {s: _take(by_split[s], CAPS[s]) for s in CAPS}
-        train_fortunes = _take(by_split["train"], TRAIN_PER_LANGUAGE)
-        help_texts = _take(libreoffice_help(language), max(0, TRAIN_PER_LANGUAGE - len(train_fortunes)))
+        held_out.update(chosen["val"], chosen["test"])
+        # Training candidates in order: fortunes' training split, then help paragraphs (each in sha256 order).
+        candidates[language] = (chosen, _take(by_split["train"], TRAIN_PER_LANGUAGE),
+                                _take(libreoffice_help(language), len(libreoffice_help(language))))
+    # The second-domain set never holds a text of the vocabulary's sample (a few short headings occur in both
+    # manuals)...
+    sample = {t for _, f, h in candidates.values() for t in (f + h)[:VOCABULARY_SAMPLE]}
+    second = {language: _take([t for t in gnome_help(language) if t not in sample], SECOND_DOMAIN_TEST)
+              for language in LABELS}
+    held_out.update(*second.values())
+    for label, language in enumerate(LABELS):
+        chosen, train_fortunes, help_texts = candidates[language]
+        # ...nor does training (nor the fortunes val/test texts): dropping them leaves the sample first.
+        help_texts = [t for t in help_texts if t not in held_out][:max(0, TRAIN_PER_LANGUAGE - len(train_fortunes))]
         chosen["train"] = train_fortunes + help_texts
-        sources[language] = {"fortunes": len(train_fortunes), "libreoffice-help": len(help_texts)}
+        chosen["second-domain"] = second[language]
+        sources[language] = {"fortunes": len(train_fortunes), "libreoffice-help": len(help_texts),
+                             "gnome-help": len(second[language])}
         for split, picked in chosen.items():
             out[split][0].extend(picked)
             out[split][1].extend([label] * len(picked))
-    trained = set(out["train"][0])  # a few short headings occur in both manuals: never tested on a training text
-    for label, language in enumerate(LABELS):
-        picked = _take([t for t in gnome_help(language) if t not in trained], SECOND_DOMAIN_TEST)
-        sources[language]["gnome-help"] = len(picked)
-        out["second-domain"][0].extend(picked)
-        out["second-domain"][1].extend([label] * len(picked))
     data = {"splits": out, "sources": sources, "packages": package_versions()}
     atomic_write_text(path, json.dumps(data, ensure_ascii=False))
     return data
+
+
+def vocabulary_texts() -> list[str]:
+    """The vocabulary's training sample: the first VOCABULARY_SAMPLE training texts of each language."""
+    base, labels = texts()["splits"]["train"]
+    seen: dict[int, int] = {}
+    out = []
+    for text, label in zip(base, labels):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] <= VOCABULARY_SAMPLE:
+            out.append(text)
+    return out
 
 
 def train_texts() -> tuple[list[str], list[int]]:
@@ -269,11 +294,12 @@ def train_texts() -> tuple[list[str], list[int]]:
 
 
 def train_tokenizer(vocab_size: int = VOCAB_SIZE):
-    """A WordPiece vocabulary trained on the training split (originals only): lowercased, accents kept. Not
-    deterministic (see the module's notes): the dataset reads the committed VOCABULARY instead."""
+    """A WordPiece vocabulary trained on the training split's balanced sample (vocabulary_texts; originals only):
+    lowercased, accents kept. Not deterministic (see the module's notes): the dataset reads the committed VOCABULARY
+    instead."""
     tokenizers = require("tokenizers", "tokenizers")
     tokenizer = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=False, clean_text=True)
-    tokenizer.train_from_iterator(texts()["splits"]["train"][0], vocab_size=vocab_size, min_frequency=2,
+    tokenizer.train_from_iterator(vocabulary_texts(), vocab_size=vocab_size, min_frequency=2,
                                   special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
     return _fixed_length(tokenizer)
 
@@ -365,8 +391,8 @@ def _load(name: str) -> Dataset:
     vocab = json.loads(tokenizer_json(name))["model"]["vocab"]
     sources = info["sources"]
     packages = ", ".join(f"{p} {v}" for p, v in info["packages"].items())
-    tokenization = (f"WordPiece trained on the training split (tokenizers library, {len(vocab):,} tokens; lowercased, "
-                    "accents kept)" if name == TRAINED else
+    tokenization = (f"WordPiece trained on the training split's first {VOCABULARY_SAMPLE:,} texts of each language "
+                    f"(tokenizers library, {len(vocab):,} tokens; lowercased, accents kept)" if name == TRAINED else
                     f"WordPiece, English uncased (the BERT/MiniLM vocab.txt, {len(vocab):,} tokens; lowercased, accents "
                     "stripped), as the imported checkpoint was pretrained")
     return Dataset(
@@ -388,7 +414,7 @@ def _load(name: str) -> Dataset:
             "each training text also as a 1-6 word snippet and as a noisy copy (punctuation dropped or a number, "
             "address or code token mixed in; random case), drawn by a generator seeded with the text",
             f"second-domain test: {SECOND_DOMAIN_TEST} GNOME user-guide paragraphs per language (first by sha256), "
-            "none of them a training text",
+            "none of them a training text (help paragraphs equal to one are left out of training)",
             f"{tokenization}, [CLS] text [SEP], truncated/padded to {MAX_TOKENS}",
             f"input: token ids int64 [batch, {MAX_TOKENS}]; padding id 0 doubles as the attention mask",
         ],
