@@ -70,7 +70,7 @@ quickstart: setup
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.
 test: setup
 	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 	bash ci/validate.sh
 	@git status --porcelain --untracked-files=all | diff build/checkout-before-tests.txt - || \
 	  (echo "make test changed the checkout (lines above): tests must write to ignored or temporary folders"; exit 1)
