@@ -15,9 +15,9 @@ usr/share/doc/<package>/copyright); the text is used for training and measuremen
 ships models, not the text.
 
 Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on a balanced sample of
-the training split, 16,000 texts per language, with the `tokenizers` library: lowercased, accents kept; for entries trained from scratch; the size is measured by
-benchmarks/tokenization.py) and `langid` (the English-uncased BERT vocabulary that imported checkpoints such as
-all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
+the training split, 16,000 texts per language, with the `tokenizers` library: lowercased, accents kept; for entries
+trained from scratch; the size is measured by benchmarks/tokenization.py) and `langid` (the English-uncased BERT
+vocabulary that imported checkpoints such as all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
 tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file is all a user needs.
 
 The trained vocabulary is committed (zoo/data/vocab/langid-16k.json), not retrained on each machine: `tokenizers`'
@@ -231,8 +231,8 @@ def _take(texts: list[str], n: int) -> list[str]:
 @cache
 def texts() -> dict:
     """{split: (texts, labels)} for train / val / test (fortunes) and `second-domain` (gnome-help), plus counts by
-    source and the vocabulary's sample (its first texts of each language); cached as JSON in the data cache
-    (zoo.config.data_dir)."""
+    source; cached as JSON in the data cache (zoo.config.data_dir). Each language's training texts start with the
+    vocabulary's sample (vocabulary_texts)."""
     path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
     if path.exists():
         return json.loads(path.read_text())
