@@ -17,8 +17,9 @@ ships models, not the text.
 Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on a balanced sample of
 the training split, 16,000 texts per language, with the `tokenizers` library: lowercased, accents kept; for entries
 trained from scratch; the size is measured by benchmarks/tokenization.py) and `langid` (the English-uncased BERT
-vocabulary that imported checkpoints such as all-MiniLM-L6-v2 were pretrained with; the name the first builds used, whose test inputs are unchanged). The
-tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file is all a user needs.
+vocabulary that imported checkpoints such as all-MiniLM-L6-v2 were pretrained with; the name the first builds used,
+whose test inputs are unchanged). The tokenizer travels inside every ONNX file (metadata `zoo.tokenizer`), so a file
+is all a user needs.
 
 The trained vocabulary is committed (zoo/data/vocab/langid-16k.json), not retrained on each machine: `tokenizers`'
 WordPiece trainer is not deterministic (huggingface/tokenizers#1794: hash-map order decides ties, so two trainings on
