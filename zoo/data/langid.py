@@ -248,7 +248,8 @@ def texts() -> dict:
         held_out.update(chosen["val"], chosen["test"])
         # Training candidates in order: fortunes' training split, then help paragraphs (each in sha256 order).
         help_texts = libreoffice_help(language)
-        candidates[language] = (chosen, _take(by_split["train"], TRAIN_PER_LANGUAGE), _take(help_texts, len(help_texts)))
+        candidates[language] = (chosen, _take(by_split["train"], TRAIN_PER_LANGUAGE),
+                                _take(help_texts, len(help_texts)))
     # The second-domain set never holds a text of the vocabulary's sample (a few short headings occur in both
     # manuals)...
     sample = {t for _, f, h in candidates.values() for t in (f + h)[:VOCABULARY_SAMPLE]}
