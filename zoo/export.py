@@ -320,6 +320,12 @@ def fp32_metadata(onnx_model: onnx.ModelProto, model: torch.nn.Module, patterns:
             ALIASES_KEY: json.dumps(parameter_aliases(onnx_model, model), sort_keys=True)}
 
 
+def _shared_bias_notice(record: logging.LogRecord) -> bool:
+    """Drops the QDQ quantizer's "Bias ... has already been marked for quantization": it comes once per extra consumer
+    of a shared bias (hundreds of lines for mnist1d-gru's unrolled steps) and needs nothing from the user."""
+    return "has already been marked for quantization" not in record.getMessage()
+
+
 def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, op_types: list[str] | None = None) -> Path:
     """Post-training static quantization with onnxruntime: the baseline QAT is compared against."""
     input_name = onnx.load(str(fp32_path), load_external_data=False).graph.input[0].name
@@ -327,9 +333,14 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, 
     quant_pre_process(str(fp32_path), str(prepared))  # shape inference + folding, as ORT recommends
     # op_types (recipe quantization.ptq_op_types): BERT recipes list only the weight-bearing ops; quantizing the
     # attention-mask Add too (its input spans -3.4e38..x) collapsed attention and bert-tiny fell from 95% to 54%.
-    quantize_static(str(prepared), str(tmp), _Calibration(input_name, calibration), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-                    calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=op_types)
+    root = logging.getLogger()  # onnxruntime's quantizer logs through the root logger
+    root.addFilter(_shared_bias_notice)
+    try:
+        quantize_static(str(prepared), str(tmp), _Calibration(input_name, calibration), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                        reduce_range=True, calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=op_types)
+    finally:
+        root.removeFilter(_shared_bias_notice)
     prepared.unlink()
     _atomic_save(quantize_embeddings(onnx.load(str(tmp))), path)
     tmp.unlink()

@@ -35,9 +35,7 @@ def _training_package_without_torch() -> None:
 
 
 _training_package_without_torch()
-from onnxruntime.training import artifacts  # noqa: E402  (after the package is registered without torch)
-from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402
-from onnxruntime.training.onnxblock import _graph_utils  # noqa: E402
+from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402  (after the registration)
 
 from zoo.catalog import require_content
 from zoo.errors import ZooError
@@ -79,6 +77,11 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
 
     `trainable_globs` (a card's `trainable`) must be the split the file was exported with: the file's metadata
     holds the initializer names the globs resolved to, which only the exporter (holding the torch model) knows."""
+    # lazy: artifacts imports onnxruntime.tools, which imports torch where installed (seconds of CPU); a ClientApp
+    # makes its artifacts once, in its first round, and only trains in the others
+    from onnxruntime.training import artifacts
+    from onnxruntime.training.onnxblock import _graph_utils
+
     quiet_onnxruntime()
     model = onnx.load(str(fp32_path))
     props = {p.key: p.value for p in model.metadata_props}

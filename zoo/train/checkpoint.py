@@ -6,9 +6,11 @@ written by rank 0 after every rank finished. Only complete checkpoints are ever 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -19,6 +21,14 @@ from zoo.fsutil import atomic_write_bytes
 from zoo.train.distributed import DistContext
 
 COMPLETE = "COMPLETE"
+
+
+@contextlib.contextmanager
+def _one_process_notice_dropped():
+    """DCP warns on every save and load of a one-process run that it assumes one process, which is the case."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def complete_steps(root: Path, phase: str) -> list[tuple[int, Path]]:
@@ -34,7 +44,8 @@ def save(root: Path, phase: str, step: int, model: torch.nn.Module, optimizer: t
          ctx: DistContext, keep: int = 2) -> Path:
     target = root / phase / f"step_{step}"
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))
+    with _one_process_notice_dropped():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))
     torch.save(torch.get_rng_state(), target / f"rng_rank{ctx.rank}.pt")
     mark_complete(root, phase, step, ctx, keep)
     return target
@@ -94,7 +105,8 @@ def load_latest(root: Path, phase: str, model: torch.nn.Module, optimizer: torch
     step, path = found[-1]
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(path))
+    with _one_process_notice_dropped():
+        dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rng = path / f"rng_rank{ctx.rank}.pt"
     if rng.exists():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import onnx
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from zoo import export
 from zoo.data import Dataset
@@ -41,29 +43,38 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
     primary = opsets[-1]
     origin = Origin(recipe.model, recipe.name, data.name, recipe.export.trainable)
     results: dict[str, VariantResult] = {}
+    others = [key for key in KINDS if key in wanted and key != "fp32"]
+    # Exporting and measuring take minutes for a BERT (its QAT graph through the dynamo exporter most): the display
+    # says which file is under way. This runs on the one process that exports (rank 0).
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(f"export fp32 (opset {primary})", total=len(opsets) + len(others))
 
-    fp32 = export.export_fp32(model, example, out / KINDS["fp32"].file, primary)
-    fp32 = export.stamp(fp32, "fp32", {**common, **export.fp32_metadata(onnx.load(str(fp32)), model,
-                                                                        recipe.export.trainable)})
-    extra = {}
-    reference = predict(fp32, x).argmax(axis=1)
-    for opset in opsets[:-1]:
-        path = reexport_opset(fp32, opset, out / opset_file(opset), origin, recipe.model_args)
-        extra[str(opset)] = ExtraOpset(**_result(path, opset, accuracy(path, x, y)),
-                                       agreement_with_primary=prediction_agreement(path, reference, x))
-    results["fp32"] = VariantResult(**_result(fp32, primary, accuracy(fp32, x, y)), extra_opsets=extra)
+        fp32 = export.export_fp32(model, example, out / KINDS["fp32"].file, primary)
+        fp32 = export.stamp(fp32, "fp32", {**common, **export.fp32_metadata(onnx.load(str(fp32)), model,
+                                                                            recipe.export.trainable)})
+        extra = {}
+        reference = predict(fp32, x).argmax(axis=1)
+        for opset in opsets[:-1]:
+            bar.update(task, advance=1, description=f"export fp32 (opset {opset})")
+            path = reexport_opset(fp32, opset, out / opset_file(opset), origin, recipe.model_args)
+            extra[str(opset)] = ExtraOpset(**_result(path, opset, accuracy(path, x, y)),
+                                           agreement_with_primary=prediction_agreement(path, reference, x))
+        results["fp32"] = VariantResult(**_result(fp32, primary, accuracy(fp32, x, y)), extra_opsets=extra)
 
-    for key, kind in KINDS.items():  # the table's order: cards list variants in it
-        if key not in wanted or key == "fp32":
-            continue
-        if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
-            if converted is None:
-                raise ValueError(f"{key} export needs the QAT-converted model (quantization.scheme: qat-int8)")
-            path = export.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
-                                export.inherited_metadata(fp32), source=fp32)
-        else:
-            path = make_file(kind, fp32, out / kind.file, origin, recipe, data)
-        results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
+        for key, kind in KINDS.items():  # the table's order: cards list variants in it
+            if key not in wanted or key == "fp32":
+                continue
+            bar.update(task, advance=1, description=f"export {key}")
+            if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
+                if converted is None:
+                    raise ValueError(f"{key} export needs the QAT-converted model (quantization.scheme: qat-int8)")
+                path = export.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
+                                    export.inherited_metadata(fp32), source=fp32)
+            else:
+                path = make_file(kind, fp32, out / kind.file, origin, recipe, data)
+            results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
+        bar.update(task, advance=1, description="exported")
 
     for key, result in results.items():
         if KINDS[key].int8:
