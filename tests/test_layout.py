@@ -26,8 +26,10 @@ LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
 # Per-rank costs a training process pays only when its rank or recipe needs them (every torchrun rank imports the
 # trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
+# onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
 RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.variants"), "zoo.train.tracking": ("mlflow",),
-             "zoo.federated.client": ("zoo.federated.fleet",)}
+             "zoo.federated.client": ("zoo.federated.fleet",),
+             "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages that must read the kinds table, never branch on a kind's name or format themselves.
 STAGES = ["build.py", "export.py", "store/fetch.py", "store/publish.py", "validate.py", "evaluate.py", "docs.py",
           "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]

@@ -11,6 +11,8 @@ path = zoo.fetch("bert-mini", variant="int8-qat")   # a verified local file (sha
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import sys
@@ -22,21 +24,39 @@ if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
     os.environ["DS_ACCELERATOR"] = "cpu"
 
 
-def _onnxruntime_without_ortmodule() -> None:
+class _OnnxruntimeWithoutOrtmodule(importlib.abc.MetaPathFinder):
     """onnxruntime-training 1.19's `import onnxruntime` checks its build by importing ORTModule, which imports torch,
     DeepSpeed and MLflow: 9 s of CPU (0.4 s without) in every process that runs a model, each CLI command and each
-    Flower ClientApp of every round. The zoo never uses ORTModule, so onnxruntime is imported first with it
-    unavailable (the check then skips the CUDA build report it feeds); afterwards it imports as usual."""
-    if "onnxruntime" in sys.modules:
-        return
-    sys.modules["onnxruntime.training.ortmodule"] = None  # an import of it fails at once, without its parents
-    try:
-        import onnxruntime  # noqa: F401  # lazy: before any other module imports it
-    finally:
-        del sys.modules["onnxruntime.training.ortmodule"]
+    Flower ClientApp of every round. The zoo never uses ORTModule: whenever onnxruntime is first imported, this
+    runs its `__init__` with ORTModule unavailable (the check then skips the CUDA build report it feeds), and then
+    steps aside, so ORTModule imports as usual afterwards."""
+
+    BLOCKED = "onnxruntime.training.ortmodule"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "onnxruntime":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            sys.modules.setdefault(self.BLOCKED, None)  # an import of it fails at once, without its parents
+            try:
+                run(module)
+            finally:
+                if sys.modules.get(self.BLOCKED, False) is None:
+                    del sys.modules[self.BLOCKED]
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-_onnxruntime_without_ortmodule()
+if "onnxruntime" not in sys.modules:
+    sys.meta_path.insert(0, _OnnxruntimeWithoutOrtmodule())
 # torchao (imported by the QAT code and by transformers) warns at import about CUDA kernels a CPU build lacks, and torch
 # about its own enum registrations: noise on every command's terminal, none of it actionable.
 for _noisy in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):

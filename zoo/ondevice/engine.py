@@ -77,10 +77,9 @@ def training_artifacts(fp32_path: Path, out_dir: Path, lr_optimizer: str = "Adam
 
     `trainable_globs` (a card's `trainable`) must be the split the file was exported with: the file's metadata
     holds the initializer names the globs resolved to, which only the exporter (holding the torch model) knows."""
-    # lazy: artifacts imports onnxruntime.tools, which imports torch where installed (seconds of CPU); a ClientApp
-    # makes its artifacts once, in its first round, and only trains in the others
-    from onnxruntime.training import artifacts
-    from onnxruntime.training.onnxblock import _graph_utils
+    # A ClientApp makes its artifacts once, in its first round, and only trains in the others.
+    from onnxruntime.training import artifacts  # lazy: imports onnxruntime.tools, which imports torch where installed
+    from onnxruntime.training.onnxblock import _graph_utils  # lazy: as above
 
     quiet_onnxruntime()
     model = onnx.load(str(fp32_path))
