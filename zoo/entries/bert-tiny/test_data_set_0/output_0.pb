@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:be2e0edc8c28cd78934d313fc0db4668fa270caec747c0a6a7751f30b18cff70
+oid sha256:e5f12e2492c97c0791cbb94d59f97c2c21c91bc3755d1d5960bee6c999869ae9
 size 529
