@@ -62,9 +62,8 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
                                            agreement_with_primary=prediction_agreement(path, reference, x))
         results["fp32"] = VariantResult(**_result(fp32, primary, accuracy(fp32, x, y)), extra_opsets=extra)
 
-        for key, kind in KINDS.items():  # the table's order: cards list variants in it
-            if key not in wanted or key == "fp32":
-                continue
+        for key in others:  # the table's order: cards list variants in it
+            kind = KINDS[key]
             bar.update(task, advance=1, description=f"export {key}")
             if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
                 if converted is None:
