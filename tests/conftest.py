@@ -33,6 +33,7 @@ def zoo_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_HOME", str(home))
     monkeypatch.setenv("ZOO_ENTRIES", str(entries))
     monkeypatch.setenv("ZOO_LFS_URL", "")
+    monkeypatch.setenv("ZOO_STORE", "")  # nor the repository's store
     catalog.reload()
     yield {"home": home, "entries": entries, "tmp": tmp_path}
     catalog.reload()

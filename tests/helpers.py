@@ -160,7 +160,7 @@ def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250,
                     "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)},
                     **(card or {})}
     (entries / name / "card.yaml").write_text(yaml.safe_dump(hand_written))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": ""}
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     zoo_cli("build", name, *build_flags(), env=env, check=True, timeout=600)
     return env
 

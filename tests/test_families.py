@@ -43,7 +43,7 @@ def test_family_trains_exports_and_quantizes(tmp_path, model):
     # The docs' "Use it" block (fetch, the dataset's preprocessing, onnxruntime) runs as written on this model.
     entries = tmp_path / "entries"
     entry_of(entries, model, tmp_path / model / summary["variants"]["fp32"]["file"], summary["dataset"])
-    labels = run_use_it(entries, model, tmp_path, {"ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""})
+    labels = run_use_it(entries, model, tmp_path, {"ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""})
     assert labels and set(labels) <= set(catalog.get_card(model).outputs[0].labels), labels
     losses = summary["phases"]["fp32"]["losses"]
     # A few steps only: the loss stays finite and does not diverge (convergence is what the entries' builds show).

@@ -51,7 +51,7 @@ def test_build_and_export_refuse_card_paths_outside_the_entry(tmp_path, bad):
     card["architecture"] = "digits-cnn"
     card["variants"]["ort-training"] = {"file": bad, "precision": "fp32", "opset": 17, "format": "ort-training"}
     (folder / "card.yaml").write_text(yaml.safe_dump(card, sort_keys=False))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""}
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     before = _tree(tmp_path)
     for command in (["build", "tiny", "--allow-dirty"], ["export", "tiny", "--variant", "ort-training"]):
         result = zoo_cli(*command, env=env)

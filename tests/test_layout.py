@@ -135,7 +135,7 @@ def test_each_kind_is_complete():
 def test_kind(monkeypatch):
     """A kind that exists only in this test: one entry in the table."""
     kind = dataclasses.replace(KINDS["int8-ptq"], key="int8-test", file="model.int8-test.onnx", quantization="static",
-                               summary="a test-only kind", docs_column=True)
+                               summary="a test-only kind", docs_column=True, cpu_dependent=False)
     monkeypatch.setitem(variants.KINDS, kind.key, kind)
     return kind
 

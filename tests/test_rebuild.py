@@ -23,7 +23,7 @@ ENTRY = "digits-cnn"
 @pytest.fixture
 def no_store(tmp_path, monkeypatch):
     """The real catalog, an empty cache and no store at all: the recipe is the only mirror."""
-    env = {**os.environ, "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""}
+    env = {**os.environ, "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     env.pop("ZOO_ENTRIES", None)
     env.pop("ZOO_BUILD_ON_MISS", None)
     env.pop("ZOO_TEST_FAULT", None)

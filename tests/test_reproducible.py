@@ -35,7 +35,7 @@ def _build(clone: Path, entries: Path, recipe: Path, *extra: str) -> subprocess.
     if not card.exists():
         card.write_text(yaml.safe_dump({**CARD, "training": {"recipe": str(recipe)}}))
     env = {**os.environ, "PYTHONPATH": str(clone), "ZOO_ENTRIES": str(entries), "ZOO_HOME": str(entries.parent / "home"),
-           "ZOO_LFS_URL": ""}
+           "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     return subprocess.run([sys.executable, "-m", "zoo.cli", "build", "quick-digits", *extra], cwd=clone, env=env,
                           capture_output=True, text=True, timeout=900)
 

@@ -206,24 +206,29 @@ def test_remotes_tried_in_order(zoo_env, lfs_server, tmp_path):
 
 
 def test_store_order_without_configuration(tmp_path):
-    """ZOO_LFS_URL unset: git's lfs.url, then the store laid beside the checkout, then the clone's remote endpoint;
-    `.lfsconfig` names no made-up host."""
+    """The repository's store first (zoo.config.repo_store, ZOO_STORE to move or drop it), then the mirrors: with
+    ZOO_LFS_URL unset, git's lfs.url then the clone's remote endpoint; nothing outside the repository is looked at
+    (no folder laid beside the checkout), and `.lfsconfig` names no made-up host."""
     assert "url" not in (REPO / ".lfsconfig").read_text().split("[lfs]")[1]
     clone = tmp_path / "work" / "zoo"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    shared = tmp_path / "work" / "shared" / "zoo-lfs"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(shared)], check=True)
-    env = {k: v for k, v in os.environ.items() if k != "ZOO_LFS_URL"}
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", "HEAD", "--", "zoo", "store"], check=True)
+    beside = tmp_path / "work" / "shared" / "zoo-lfs"  # where earlier versions looked: no longer
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(beside)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_LFS_URL", "ZOO_STORE")}
     env["PYTHONPATH"] = str(clone)
-    probe = [sys.executable, "-c", "import json; from zoo.config import lfs_remote_urls; print(json.dumps(lfs_remote_urls()))"]
+    probe = [sys.executable, "-c", "import json; from zoo.config import lfs_remote_urls, repo_store; "
+             "print(json.dumps([str(repo_store()), *lfs_remote_urls()]))"]
 
     def urls() -> list[str]:
         return json.loads(subprocess.run(probe, cwd=clone, env=env, capture_output=True, text=True, check=True).stdout)
 
-    assert urls() == [str(shared), str(REPO)]
+    assert urls() == [str(clone / "store"), str(REPO)]
     subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", "git@example.org:team/zoo.git"], check=True)
     subprocess.run(["git", "-C", str(clone), "config", "lfs.url", "https://mirror.example.org/zoo.git/info/lfs"], check=True)
-    assert urls() == ["https://mirror.example.org/zoo.git/info/lfs", str(shared),
+    assert urls() == [str(clone / "store"), "https://mirror.example.org/zoo.git/info/lfs",
                       "https://example.org/team/zoo.git/info/lfs"]
     env["ZOO_LFS_URL"] = "/srv/a.git, /srv/b.git"
-    assert urls() == ["/srv/a.git", "/srv/b.git"]
+    assert urls() == [str(clone / "store"), "/srv/a.git", "/srv/b.git"]
+    env["ZOO_STORE"] = ""
+    assert urls() == ["None", "/srv/a.git", "/srv/b.git"]

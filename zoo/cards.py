@@ -27,6 +27,14 @@ FRACTION_METRICS = {"accuracy"}  # and every "*_accuracy": shares of examples, i
 RETRAINING_STANDARD_ERRORS = 3.0
 
 
+def retraining_band(rate: float, examples: int) -> float:
+    """How far a rate measured on `examples` examples (an accuracy, a label agreement) may land below `rate` when the
+    files are a retraining with other bytes: RETRAINING_STANDARD_ERRORS standard errors, the count smoothed by one
+    right and one wrong answer so that a perfect rate still allows for an error or two."""
+    share = (rate * examples + 1) / (examples + 2)
+    return RETRAINING_STANDARD_ERRORS * math.sqrt(share * (1 - share) / examples)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -185,8 +193,7 @@ class ModelCard(Strict):
         claimed = self.metric(variant)
         if not retrained or claimed is None or examples <= 0:
             return tolerance
-        share = (claimed * examples + 1) / (examples + 2)
-        return max(tolerance, RETRAINING_STANDARD_ERRORS * math.sqrt(share * (1 - share) / examples))
+        return max(tolerance, retraining_band(claimed, examples))
 
     def keeps_accuracy(self, variant: str) -> bool:
         """The variant's primary metric is within its tolerance of fp32's (what `--fastest` may pick)."""

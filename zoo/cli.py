@@ -13,11 +13,12 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from zoo import catalog
-from zoo.config import lfs_remote_urls
+from zoo.config import REPO_STORE, lfs_remote_urls, repo_store
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, human_size
+from zoo.provenance import tree_state
 from zoo.reproduce import reproduce as run_reproduce
-from zoo.store.cache import ObjectCache
+from zoo.store.cache import ObjectCache, object_relpath
 from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
@@ -142,7 +143,7 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
         return
     c = entry.card
     print(f"{c.name}: {c.task}, {c.family}, {c.num_params:,} parameters\ncard: {entry.dir / 'card.yaml'}")
-    cache = ObjectCache()
+    cache, store = ObjectCache(), repo_store()
     for key, v in c.variants.items():
         path = entry.dir / v.file
         pointer = read_pointer(path) if path.is_file() else None
@@ -152,6 +153,8 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
             where = f"{path} (in the checkout)"
         elif pointer is not None and cache.get(pointer, verify=False) is not None:
             where = f"{cache.path(pointer.oid)} (cached)"
+        elif pointer is not None and store is not None and (store / "lfs" / "objects" / object_relpath(pointer.oid)).is_file():
+            where = f"{store / 'lfs' / 'objects' / object_relpath(pointer.oid)} (the repository's store)"
         else:
             where = f"in the stores: zoo fetch {c.name} --variant {key}"
         print(f"{key}: sha256 {v.sha256 or '-'}\n  {where}")
@@ -204,18 +207,27 @@ def fetch(
 @app.command()
 def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
             all_entries: bool = typer.Option(False, "--all", help="Every built entry."),
-            to: str = typer.Option(..., help="LFS Batch API URL or bare repo path."),
-            derived: bool = typer.Option(False, "--derived", help="Also the variants `zoo fetch` can make from fp32 "
-                                         "(int8-ptq, fp16, ort-training, other opsets).")) -> None:
-    """Upload entries' built files (primaries: fp32, int8-qat, retrained; test data) to an LFS store and replace
-    them with pointers in the checkout; prints the store's total size."""
+            to: Optional[str] = typer.Option(None, help="A mirror: LFS Batch API URL or bare repo path (default: "
+                                             "the repository's store, store/)."),
+            derived: bool = typer.Option(False, "--derived", help="With --to: also the variants `zoo fetch` can make "
+                                         "from fp32 (int8-dynamic, fp16, ort-training, other opsets).")) -> None:
+    """Put entries' built files (primaries: fp32, int8-qat, int8-ptq, retrained; test data) in the repository's store
+    (or a mirror) and replace them with pointers in the checkout; prints the store's total size. Then commit the
+    card, pointers and store together."""
     targets = catalog.list_models() if all_entries else (names or [])
     if not targets:
         raise ZooError("name an entry to publish, or pass --all")
+    if all_entries and to is None:  # the repository's store takes the builds of the checked-out commit
+        head = tree_state().commit
+        skipped = [n for n in targets if catalog.get_card(n).training.git_commit != head]
+        targets = [n for n in targets if n not in skipped]
+        if skipped:
+            err.print(f"not built at {str(head)[:12]} (left as they are): {', '.join(skipped)}", highlight=False)
     for name in targets:
         for p in publish_entry(name, to, derived=derived):
             out.print(f"{'uploaded' if p.uploaded else 'present '} {name}/{p.path.relative_to(catalog.get_entry(name).dir)} "
                       f"{p.sha256[:12]}… {_human(p.size)}")
+    to = to or str(REPO_STORE)
     size = store_size(to)
     out.print(f"store {to}: " + (f"{size:,} bytes ({size / 2**20:.1f} MiB) in all" if size is not None else
                                  "total size unknown (an HTTP store does not list its objects)"))
@@ -226,7 +238,7 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
                 derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the card objects a store is missing or holds corrupt (every byte is hashed); non-zero exit if any."""
-    stores = [store] if store else lfs_remote_urls()
+    stores = [store] if store else [str(s) for s in [repo_store()] if s] + lfs_remote_urls()
     if not stores:
         raise ZooError("no store configured: name one, or set ZOO_LFS_URL")
     bad = 0
@@ -241,7 +253,7 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
             out.print(f"  {p.status:8} {p.entry} {p.label} ({p.path}) sha256 {p.sha256}")
     if bad:
         raise ZooError(f"{bad} card object(s) missing or corrupt in the store(s): publish them with "
-                       "`zoo publish NAME --to STORE` from a build of the card's commit")
+                       "`zoo publish NAME [--to STORE]` from a build of the card's commit")
 
 
 @app.command()

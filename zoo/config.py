@@ -1,9 +1,10 @@
 """Where the zoo keeps things and which LFS stores it talks to.
 
-Everything is configuration, never hard-coded: ZOO_HOME (cache, tracking store, locks) and the LFS stores, tried
-in this order: ZOO_LFS_URL (when set, only it); git's `lfs.url` (git config, then the checkout's `.lfsconfig`);
-the published store laid beside the checkout (`../shared/zoo-lfs`); then the LFS endpoint of the remote the
-checkout was cloned from, resolved as git-lfs resolves it.
+Everything is configuration, never hard-coded: ZOO_HOME (cache, tracking store, locks), the repository's own store
+(`store/` in the checkout: the published objects travel with the code; ZOO_STORE points elsewhere, empty for none)
+and the extra LFS stores (mirrors), tried after it in this order: ZOO_LFS_URL (when set, only it); git's `lfs.url`
+(git config, then the checkout's `.lfsconfig`); then the LFS endpoint of the remote the checkout was cloned from,
+resolved as git-lfs resolves it.
 """
 
 from __future__ import annotations
@@ -50,13 +51,23 @@ def _git_config(*args: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-# The maintainers lay the zoo's published store (a bare repository in git-lfs's layout) beside the checkout.
-SHARED_STORE = Path("..") / "shared" / "zoo-lfs"
+# The zoo's published store: a folder of the repository in git-lfs's object layout (store/lfs/objects/ab/cd/<oid>),
+# committed with the cards and pointers that name its objects.
+REPO_STORE = REPO_ROOT / "store"
+
+
+def repo_store() -> Path | None:
+    """The repository's store (`$ZOO_STORE`, default `<checkout>/store`; empty: none), when it exists."""
+    value = os.environ.get("ZOO_STORE")
+    if value is not None and not value.strip():
+        return None
+    folder = Path(value).expanduser().resolve() if value else REPO_STORE
+    return folder if folder.is_dir() else None
 
 
 def lfs_remote_urls() -> list[str]:
-    """LFS stores to try, in order. ZOO_LFS_URL may list several (space or comma separated); set to an empty
-    string it means no store at all."""
+    """The extra LFS stores (mirrors) to try after the repository's store, in order. ZOO_LFS_URL may list several
+    (space or comma separated); set to an empty string it means none."""
     env = os.environ.get("ZOO_LFS_URL")
     if env is not None:
         return _split_urls(env)
@@ -67,9 +78,6 @@ def lfs_remote_urls() -> list[str]:
         git_url = _git_config("config", "--file", str(lfsconfig), "--get", "lfs.url")
     if git_url:
         urls.append(git_url)
-    shared = (REPO_ROOT / SHARED_STORE).resolve()
-    if shared.is_dir():
-        urls.append(str(shared))
     if (remote := clone_remote_endpoint()) is not None:
         urls.append(remote)
     return list(dict.fromkeys(urls))

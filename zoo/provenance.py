@@ -127,14 +127,15 @@ def cpu_info() -> dict:
     return {"model": model, "flags": [f for f in NUMERIC_FLAGS if f in flags], "kernels": KERNELS}
 
 
-def machine_differences(training) -> list[str]:
+def machine_differences(training, cpu_matters: bool = True) -> list[str]:
     """How this machine differs from a card's build record (`training`: its CPU flags and library versions): empty
-    when the same bytes are promised here. The CPU model name may differ."""
+    when the same bytes are promised here. The CPU model name may differ; `cpu_matters=False` for files whose bytes
+    do not depend on the CPU (the kinds made from fp32 on any CPU: only the libraries count)."""
     cpu = training.cpu.model_dump() if training.cpu else None
     library_versions = training.library_versions
     here = cpu_info()["flags"]
     differences = []
-    if cpu is None or sorted(cpu.get("flags", [])) != sorted(here):
+    if cpu_matters and (cpu is None or sorted(cpu.get("flags", [])) != sorted(here)):
         differences.append(f"CPU flags {' '.join(here)} vs the build's "
                            f"{' '.join(cpu['flags']) if cpu else 'unrecorded'}")
     current = current_versions()
@@ -157,3 +158,9 @@ def current_versions() -> dict[str, str]:
 
 def commit_available(commit: str, root: Path = REPO_ROOT) -> bool:
     return _git("cat-file", "-e", f"{commit}^{{commit}}", root=root).returncode == 0
+
+
+def last_commit(path: Path, root: Path = REPO_ROOT) -> str | None:
+    """The commit that last changed `path` (None outside a git checkout or for a file never committed)."""
+    result = _git("log", "-1", "--format=%H", "--", str(path), root=root)
+    return result.stdout.strip() or None if result.returncode == 0 else None

@@ -112,10 +112,11 @@ def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer
     fp32 = folder / entry.card.variants["fp32"].file
     origin = Origin.of(entry.card)
     t = entry.card.training
-    comparable = not machine_differences(t)
     for rel, pointer in to_derive:
         key, opset = _derivation(entry.card, rel)
         variant = entry.card.variants[key]
+        # Kinds made from fp32 on any CPU must give the card's bytes wherever the libraries are the build's.
+        comparable = not machine_differences(t, cpu_matters=opset is None and kind_of(key, variant).cpu_dependent)
         log(f"[{entry.name}] {rel}: not in the store, deriving it from fp32")
         target = folder / rel
         try:
@@ -127,7 +128,7 @@ def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer
         same = got == pointer
         detail = (f"{rel} made from fp32: sha256 {'equals the card' if same else f'{got.oid} differs from {pointer.oid}'}")
         if not same and not comparable:
-            detail += " (this machine's CPU or libraries differ from the build's: reported, not failed)"
+            detail += " (this machine's libraries (or, for a CPU-dependent kind, CPU) differ from the build's: reported, not failed)"
         rows.append(Row(entry.name, key, "derived", same or not comparable, detail=detail))
     return rows
 

@@ -1,6 +1,7 @@
 """`zoo fetch`: get a variant's bytes, verified, from the first place that has them.
 
-Order: the real file in the checkout, the local cache, then each configured store. A download is
+Order: the real file in the checkout, the local cache, the repository's store (`store/`, read in place), then each
+configured store (mirrors). A corrupt copy in a store is reported on stderr, naming the store, and the next one tried. A download is
 taken under a per-object file lock, so concurrent fetches of one object download it once. A derived
 variant (int8-ptq, fp16, ort-training, another opset) that no store has is made from the fetched fp32
 file and checked against the card's sha256 before it is cached, like a download. A file only the training run makes
@@ -18,14 +19,14 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from zoo.catalog import Entry, get_entry
-from zoo.config import lfs_remote_urls
+from zoo.config import lfs_remote_urls, repo_store
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUnreachableError, ZooError
 from zoo.fsutil import atomic_copy, contained
-from zoo.provenance import machine_differences
+from zoo.provenance import last_commit, machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.rebuild import build_on_miss, build_took, buildable, local_build, plan
-from zoo.store.remotes import NotOnRemote, open_remote
+from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 from zoo.variants import kind_of, made_from_fp32
 
 
@@ -73,6 +74,17 @@ def fetch_object(
     cache = ObjectCache()
     if (hit := cache.get(pointer)) is not None:
         return hit, "cache", 0
+    corrupt, unreachable, tried = [], [], []  # tried: every store's outcome, in order
+    if remotes is None and (store := repo_store()) is not None:
+        # The repository's own store: read in place and verified, never copied or modified.
+        try:
+            return FileRemote(store).read_in_place(pointer), f"repository store ({store})", 0
+        except NotOnRemote:
+            tried.append(f"{store} (the repository's store): not there")
+        except IntegrityError as exc:
+            corrupt.append(f"{store} (the repository's store): corrupt copy ({exc})")
+            tried.append(corrupt[-1])
+            _warn(f"warning: {label}: {corrupt[-1]}; trying the next store")
 
     urls = lfs_remote_urls() if remotes is None else remotes
     with cache.lock(pointer.oid):
@@ -80,7 +92,6 @@ def fetch_object(
         if (hit := cache.get(pointer)) is not None:
             return hit, "cache", 0
         part = cache.partial_path(pointer.oid)
-        corrupt, unreachable, tried = [], [], []  # tried: every store's outcome, in order
         for url in urls:
             try:
                 remote = open_remote(url, rate_limit=rate_limit)
@@ -89,10 +100,11 @@ def fetch_object(
             except NotOnRemote:
                 tried.append(f"{url}: not there")
                 continue
-            except IntegrityError as exc:  # that store's copy is bad: say so, and try the next one
+            except IntegrityError as exc:  # that store's copy is bad: say so (its owner must learn), try the next one
                 part.unlink(missing_ok=True)
                 corrupt.append(f"{url}: corrupt copy ({exc})")
                 tried.append(corrupt[-1])
+                _warn(f"warning: {label}: {corrupt[-1]}; trying the next store")
                 continue
             except RemoteError as exc:
                 # Keep the .part for a later resume; try the next remote.
@@ -113,6 +125,10 @@ def fetch_object(
                               + "\n".join(f"  {t}" for t in stores)
                               + "\nAdd a mirror: ZOO_LFS_URL=<LFS URL or bare repo> (space separated for several)."
                               + build_hint)
+
+
+def _warn(message: str) -> None:
+    Console(stderr=True, soft_wrap=True).print(message, markup=False, highlight=False)
 
 
 def fetch(
@@ -154,7 +170,8 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
     run makes it, build it from the recipe if allowed (zoo.store.rebuild)."""
     variant = entry.variant(key)
     try:
-        return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes, build_hint=build_hint(entry),
+        return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes,
+                            build_hint=publish_hint(entry, remotes) + build_hint(entry),
                             show_progress=show_progress, rate_limit=rate_limit)
     except ObjectNotFoundError as missing:
         if opset is None and not made_from_fp32(key, variant):
@@ -181,7 +198,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
             got = pointer_for(made)
             if got != pointer:
                 t = entry.card.training
-                differences = machine_differences(t)
+                differences = machine_differences(t, cpu_matters=opset is None and kind_of(key, variant).cpu_dependent)
                 raise IntegrityError(
                     f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid} ("
                     + ("; ".join(differences) if differences else "same CPU flags and libraries as the build")
@@ -237,6 +254,16 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
     return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid,
                        f"derived from fp32 (same predictions on {agreement:.2%} of {examples} test examples)", 0,
                        dict(spec.metrics))
+
+
+def publish_hint(entry: Entry, remotes: list[str] | None = None) -> str:
+    """For an object the repository's store lacks: the commit that last changed the card, which should have
+    committed the object with it (publishing is one commit: card, pointers, objects)."""
+    if remotes is not None or repo_store() is None:
+        return ""
+    commit = last_commit(entry.dir / "card.yaml")
+    return (f"\nThe repository's store should hold it: commit {commit[:12]} (the card's last change) should have "
+            f"published it with `zoo publish {entry.name}`." if commit else "")
 
 
 def build_hint(entry: Entry) -> str:

@@ -1,4 +1,8 @@
-"""`zoo publish`: upload an entry's built objects to an LFS remote and leave pointers in the checkout.
+"""`zoo publish`: put an entry's built objects in the repository's store (or a mirror) and leave pointers.
+
+The repository's store (`store/`, git-lfs's object layout, committed as ordinary content) is where published bytes
+live: a build's bytes exist nowhere else once its machine is gone, so publishing is a commit of the card, its
+pointers and its objects together. Objects no card names any more are removed from it when an entry is published.
 
 What a store must hold is an entry's primaries (fp32, int8-qat, retrained variants) and its test data; the
 derived variants (`--derived`) are optional there, since `zoo fetch` makes them from fp32 and checks their sha256.
@@ -11,6 +15,7 @@ and the checkout keeps the 3-line pointer, ready to commit.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -18,9 +23,10 @@ from pathlib import Path
 import tempfile
 
 from zoo.catalog import Entry, entries, get_entry, store_objects
-from zoo.config import REPO_ROOT
-from zoo.errors import IntegrityError, RemoteError
+from zoo.config import REPO_ROOT, REPO_STORE
+from zoo.errors import IntegrityError, RemoteError, ZooError
 from zoo.fsutil import atomic_write_text, contained
+from zoo.provenance import tree_state
 from zoo.store.cache import ObjectCache, object_relpath
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
@@ -54,11 +60,21 @@ class Published:
     uploaded: bool  # False: the remote already had it
 
 
-def publish(name: str, to: str, derived: bool = False) -> list[Published]:
-    """Upload the entry's store objects (primaries + test data; `derived` adds the rest) and turn every built file
-    of the entry into its pointer (content kept in the local cache), ready to commit."""
+def publish(name: str, to: str | None = None, derived: bool = False) -> list[Published]:
+    """Upload the entry's store objects (primaries + test data; `derived` adds the rest, for mirrors) and turn every
+    built file of the entry into its pointer (content kept in the local cache), ready to commit. `to`: a mirror; by
+    default the repository's store, which takes only a build of the checked-out commit (`zoo build` at a clean
+    tree, then `zoo publish`, then one commit of card, pointers and objects)."""
     entry = get_entry(name)
     _check_card_matches(entry)
+    into_repo = to is None or _is_repo_store(to)
+    if into_repo:
+        if derived:
+            raise ZooError("the repository's store holds what cannot be made on any CPU (primaries, stored kinds, test "
+                           "data); --derived is for mirrors: `zoo publish NAME --to URL --derived`")
+        _check_publishable(entry)
+        REPO_STORE.mkdir(parents=True, exist_ok=True)
+        to = str(REPO_STORE)
     remote = open_remote(to)
     cache = ObjectCache()
     wanted = {p.resolve() for _, p in store_objects(entry, derived=derived)}
@@ -79,7 +95,67 @@ def publish(name: str, to: str, derived: bool = False) -> list[Published]:
             atomic_write_text(path, pointer.text())
         if path.resolve() in wanted:
             done.append(Published(path, pointer.oid, pointer.size, uploaded))
+    if into_repo:
+        prune_repo_store()
     return done
+
+
+def _is_repo_store(to: str) -> bool:
+    path = Path(to.removeprefix("file://")).expanduser()
+    return "://" not in to.removeprefix("file://") and path.resolve() == REPO_STORE.resolve()
+
+
+def _check_publishable(entry: Entry) -> None:
+    """The repository's store takes the bytes a build of the checked-out commit wrote, and nothing else: the card
+    must record HEAD as its clean build commit, and the tree may differ from HEAD only in what the build and the
+    publishing write (the entry's folder, the store)."""
+    state = tree_state()
+    if state.commit is None:
+        raise ZooError(f"{REPO_ROOT} is not a git checkout: the repository's store is published by a commit")
+    t = entry.card.training
+    if not t.git_commit or not t.reproducible:
+        raise ZooError(f"{entry.name}'s card records no clean build commit (built with --allow-dirty?): build it with "
+                       f"`zoo build {entry.name}` at a clean commit, then publish")
+    if t.git_commit != state.commit:
+        raise ZooError(f"{entry.name}'s card was built at {t.git_commit[:12]}, the checkout is at {state.commit[:12]}: "
+                       f"publish from the commit it was built at, or rebuild (`zoo build {entry.name}`) here")
+    stray = state.outside([entry.dir.resolve(), REPO_STORE.resolve()])
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise ZooError(f"uncommitted changes outside {entry.name}'s folder and the store ({shown}): publishing is one "
+                       "commit of card, pointers and objects; commit or stash the rest first")
+
+
+def named_objects() -> dict[str, str]:
+    """oid -> what names it, for every object the repository's store must hold: each built entry's primaries,
+    stored kinds and test data, as its card and pointer files say."""
+    named = {}
+    for name, entry in entries().items():
+        for label, path in store_objects(entry):
+            pointer = _expected(entry, label, path)
+            if pointer is not None:
+                named.setdefault(pointer.oid, f"{name} {label}")
+    return named
+
+
+def stored_objects(root: Path = REPO_STORE) -> dict[str, Path]:
+    """oid (the file's name) -> path of every file under the store's lfs/objects."""
+    objects = root / "lfs" / "objects"
+    return {p.name: p for p in sorted(objects.rglob("*")) if p.is_file() or p.is_symlink()} if objects.is_dir() else {}
+
+
+def prune_repo_store() -> list[Path]:
+    """Remove the store's objects no card or pointer names any more (an entry rebuilt, a variant dropped)."""
+    named = named_objects()
+    removed = []
+    for oid, path in stored_objects().items():
+        if oid not in named:
+            path.unlink()
+            removed.append(path)
+            for folder in (path.parent, path.parent.parent):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
+    return removed
 
 
 def store_size(to: str) -> int | None:

@@ -152,10 +152,27 @@ class FileRemote(Remote):
         git_dir = self.root / ".git"
         self.objects = (git_dir if git_dir.is_dir() else self.root) / "lfs" / "objects"
 
-    def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
+    def stored(self, pointer: Pointer) -> Path:
+        """The object's file in the store, checked before any byte is read: a regular file (a link could lead
+        anywhere) of the expected size, so a bad store costs one stat, not a copy of whatever it holds."""
         source = self.objects / object_relpath(pointer.oid)
-        if not source.is_file():
+        if not source.is_file() and not source.is_symlink():
             raise NotOnRemote(f"{self.url}: no object {pointer.oid[:12]}…")
+        if source.is_symlink() or not source.is_file():
+            raise IntegrityError(f"{source} is a link or not a regular file: a store holds objects as plain files")
+        if (size := source.stat().st_size) != pointer.size:
+            raise IntegrityError(f"{source} has {size} bytes, expected {pointer.size}")
+        return source
+
+    def read_in_place(self, pointer: Pointer) -> Path:
+        """The verified object where it lies (nothing is copied or modified): the repository's store."""
+        source = self.stored(pointer)
+        if (digest := sha256_file(source)) != pointer.oid:
+            raise IntegrityError(f"{source} has sha256 {digest}, expected {pointer.oid}")
+        return source
+
+    def download(self, pointer: Pointer, part: Path, progress: Progress) -> int:
+        source = self.stored(pointer)
         part.unlink(missing_ok=True)
         done = 0
         with open(source, "rb", buffering=0) as src, open(part, "wb") as out, HashingWriter(out) as sink:

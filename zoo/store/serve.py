@@ -9,7 +9,8 @@ Single points of failure killed the ONNX Model Zoo (LFS bandwidth quotas); anyon
   with giftless's built-in default key. `--anonymous-writes` restores anonymous read-write for tests and loopback use.
 - **What is stored**: `VerifiedLocalStorage` writes an upload to a temporary file, hashes it and makes it visible
   (an atomic rename) only when its sha256 is its object id and it fits the size limit; anything else is refused with
-  422/413 and leaves nothing in storage.
+  422/413 and leaves nothing in storage. Objects lie in git-lfs's layout (`lfs/objects/ab/cd/<oid>`, named by their
+  id alone, never by a request's path), so `zoo serve --storage store` serves the repository's store as it is.
 - **Limits**: a maximum object size (batch requests announcing a larger object, and larger uploads, are refused) and
   a maximum batch request body.
 - **Request log**: one line per request — Common Log Format plus the object id, bytes received and the duration.
@@ -42,6 +43,7 @@ from werkzeug.wsgi import wrap_file
 
 from zoo.cards import SHA256_PATTERN
 from zoo.errors import ZooError
+from zoo.store.cache import object_relpath
 
 _STORAGE = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
 _BATCH = re.compile(r"/objects/batch$")
@@ -61,9 +63,13 @@ class VerifiedLocalStorage(LocalStorage):
         super().__init__(path, **options)
         self.max_object_size = max_object_size
 
+    def _get_path(self, prefix: str, oid: str) -> Path:
+        """git-lfs's own object layout (lfs/objects/ab/cd/<oid>), whatever repository path the client asked under:
+        the folder served is laid out like a clone's objects and the repository's store (`zoo serve --storage store`
+        serves it as it is), and no part of a request's path ever becomes part of a file's path."""
+        return object_path(Path(self.path), oid)
+
     def put(self, prefix: str, oid: str, data_stream) -> int:
-        if not _OID.match(oid):
-            raise UnprocessableEntity(f"'{oid[:80]}' is not a sha256 object id (64 lowercase hex digits)")
         path = self._get_path(prefix, oid)
         self._create_path(str(path.parent))
         digest, size = hashlib.sha256(), 0
@@ -85,6 +91,14 @@ class VerifiedLocalStorage(LocalStorage):
         finally:
             if os.path.exists(temporary):
                 os.unlink(temporary)
+
+
+def object_path(storage: Path, oid: str) -> Path:
+    """Where the object `oid` lies in a storage folder; anything but a sha256 id is refused (422) before a path is
+    made of it."""
+    if not _OID.match(oid):
+        raise UnprocessableEntity(f"'{oid[:80]}' is not a sha256 object id (64 lowercase hex digits)")
+    return storage / "lfs" / "objects" / object_relpath(oid)
 
 
 def _json_error(status: int, message: str):
@@ -139,8 +153,8 @@ class RangeDownloads:
         if environ.get("REQUEST_METHOD") != "GET" or match is None:
             return self.app(environ, start_response)
 
-        path = self.storage / match["prefix"] / match["oid"]
-        if not path.is_file():
+        path = object_path(self.storage, match["oid"])
+        if path.is_symlink() or not path.is_file():
             return self.app(environ, start_response)
         request = Request(environ)
         response = Response(wrap_file(environ, open(path, "rb"), buffer_size=1 << 20),

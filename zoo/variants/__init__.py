@@ -9,7 +9,8 @@ How a kind is made (`made`):
 - `training`: the trainer's run makes it from the torch model (fp32, int8-qat). It needs the recipe: a store must
   hold it (a *primary*).
 - `from-fp32`: a deterministic function of the built fp32 file, by `tool` (see zoo.variants.make): `zoo build`, `zoo
-  export` and `zoo fetch` (when no store has it) make the same bytes on the same CPU and libraries.
+  export` and `zoo fetch` (when no store has it) make the same bytes with the same libraries, on any CPU, unless the
+  kind is `cpu_dependent` (int8-ptq: its calibration runs onnxruntime's native kernels), which the store holds.
 - `retraining`: the fp32 weights retrained by another recipe (federated). A primary too.
 
 This module is the table only and imports nothing heavy, so light commands (`zoo list`, `zoo card`) can read it;
@@ -53,6 +54,9 @@ class Kind:
     atol: float = 1e-3  # reference "outputs": logits within this of fp32's
     label_agreement: float = 0.9  # reference "labels"
     in_recipe: bool = False  # a recipe's export.variants may list it: the training run makes and measures it
+    # Made from fp32 with numbers only onnxruntime's native kernels compute (PTQ's calibration ranges), so another CPU
+    # makes other bytes: the store holds the build's file (a primary), and fetch makes it only when no store has it.
+    cpu_dependent: bool = False
     fixed_opset: int | None = None  # the opset its exporter always writes (None: the recipe's primary opset)
     docs_column: bool = False  # an accuracy column of the models index (the others are on each model's page)
     # Why a file of this kind can run slower than fp32 on a CPU (cards, `zoo card` and the docs say it where measured).
@@ -60,8 +64,8 @@ class Kind:
 
     @property
     def primary(self) -> bool:
-        """A store must hold it: only training (or retraining) can make it."""
-        return self.made != "from-fp32"
+        """A store must hold it: only training (or retraining) makes it, or only the build's CPU makes its bytes."""
+        return self.made != "from-fp32" or self.cpu_dependent
 
     @property
     def inference(self) -> bool:
@@ -94,7 +98,7 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
     Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
          "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
-         tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True,
+         tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, cpu_dependent=True,
          slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
                         "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
                         "conversions and the per-operator overhead cost more than the integer products save",
@@ -155,7 +159,7 @@ def recipe_kinds() -> list[str]:
 
 
 def is_primary(key: str, variant) -> bool:
-    """A store must hold it (fp32, int8-qat, retrained): it needs training."""
+    """A store must hold it (fp32, int8-qat, int8-ptq, retrained): it needs training or the build's CPU."""
     return kind_of(key, variant).primary
 
 
