@@ -14,8 +14,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Runs of the test suite and benchmarks use this many threads per process (2-core machines).
 export OMP_NUM_THREADS ?= 1
 
-# Stores: ZOO_LFS_URL, git's lfs.url, the published store laid beside the checkout (../shared/zoo-lfs), then the
-# clone's remote (zoo/config.py); CI's validation uses whichever has the objects.
+# Stores: the repository's own store (store/), then the mirrors: ZOO_LFS_URL, git's lfs.url, the clone's remote
+# (zoo/config.py). CI's validation fetches every entry from store/.
 
 .PHONY: setup test validate validate-full validation-report quickstart benchmarks manifest docs docs-serve
 
@@ -70,8 +70,12 @@ quickstart: setup
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.
 test: setup
 	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
-	$(BIN)/python -m pytest -q -ra --durations=25
-	bash ci/validate.sh
+	@start=$$(date +%s); \
+	  $(BIN)/python -m pytest -q -ra --durations=25; tests=$$?; mid=$$(date +%s); validation=not-run; \
+	  if [ $$tests -eq 0 ]; then bash ci/validate.sh; validation=$$?; fi; end=$$(date +%s); \
+	  echo "make test: $$((end - start)) s wall (pytest $$((mid - start)) s, exit $$tests; validation" \
+	    "$$((end - mid)) s, exit $$validation)"; \
+	  [ $$tests -eq 0 ] && [ "$$validation" = 0 ]
 	@git status --porcelain --untracked-files=all | diff build/checkout-before-tests.txt - || \
 	  (echo "make test changed the checkout (lines above): tests must write to ignored or temporary folders"; exit 1)
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CI's validation pipeline: re-measure every variant of every catalog entry against its card.
-# Files come from the configured LFS stores (zoo/config.py: ZOO_LFS_URL, lfs.url, the published store laid beside
-# the checkout as ../shared/zoo-lfs, the clone's remote): primaries are fetched, derived variants a store lacks are
-# made from fp32 and must match the card's sha256. An entry no store has is rebuilt from its recipe in a scratch
-# folder when the rebuild fits the budget, else reported as a skip.
+# Files come from the repository's store (store/), then the configured mirrors (zoo/config.py: ZOO_LFS_URL, lfs.url,
+# the clone's remote): primaries and test data are fetched, the other kinds are made from fp32 and must match the
+# card's sha256. An entry no store has (not yet published) is rebuilt from its recipe in a scratch folder when the
+# rebuild fits the budget, else reported as a skip.
 # Writes build/validation/validation.{md,json} (ignored: running the tests never modifies tracked files);
 # `make validation-report` writes the committed benchmarks/results/ copy instead. Non-zero exit on any failed check.
 set -euo pipefail

@@ -4,6 +4,7 @@ never a write outside the target, never an unverified object in the cache."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -29,11 +30,25 @@ from zoo.store.fetch import fetch_object
 from zoo.store.pointer import Pointer, parse_pointer, pointer_for, sha256_file
 
 ESCAPES = ["../../outside.onnx", "/tmp/zoo-outside.onnx", "sub/../../x.onnx", "../card.yaml"]
-COUNTS: dict[str, int] = {}  # cases each property test ran (hypothesis examples), checked at the end of each test
+COUNTS: dict[str, int] = {}  # cases each property test ran (hypothesis examples), checked by each test (ran_cases)
 
 
 def _count(name: str) -> None:
     COUNTS[name] = COUNTS.get(name, 0) + 1
+
+
+def ran_cases(name: str, minimum: int):
+    """The property test's own check that hypothesis threw at least `minimum` cases at it (counted by `_count`),
+    whichever tests run with it (`-k`, one file, the whole suite)."""
+    def wrap(test):
+        @functools.wraps(test)
+        def run(*args, **kwargs):
+            before = COUNTS.get(name, 0)
+            test(*args, **kwargs)
+            ran = COUNTS.get(name, 0) - before
+            assert ran >= minimum, f"{test.__name__}: {ran} {name} cases ran, expected at least {minimum}"
+        return run
+    return wrap
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -254,6 +269,7 @@ def _mutate(base: dict, mutation) -> dict:
     return doc
 
 
+@ran_cases("cards", 300)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=_mutations(_GOOD_CARD), raw=st.booleans(), garbage=st.binary(max_size=64))
 def test_mutated_cards_load_or_fail_cleanly(tmp_path, mutation, raw, garbage):
@@ -277,6 +293,7 @@ def test_mutated_cards_load_or_fail_cleanly(tmp_path, mutation, raw, garbage):
 _GOOD_RECIPE = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "qat-int8.yaml").read_text())
 
 
+@ran_cases("recipes", 300)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=_mutations(_GOOD_RECIPE), top=_json, whole=st.booleans())
 def test_mutated_recipes_load_or_fail_cleanly(tmp_path, mutation, top, whole):
@@ -289,6 +306,7 @@ def test_mutated_recipes_load_or_fail_cleanly(tmp_path, mutation, top, whole):
         assert len(str(exc).splitlines()) == 1 and str(path) in str(exc), str(exc)
 
 
+@ran_cases("pointers", 500)
 @settings(max_examples=500, deadline=None)
 @given(data=st.binary(max_size=200), oid=st.text("0123456789abcdefABCDEF", min_size=60, max_size=68),
        size=st.integers(-5, 10**12))
@@ -310,6 +328,7 @@ _answers = st.one_of(
 )
 
 
+@ran_cases("lfs answers", 150)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch_status=st.sampled_from([200, 200, 200, 404, 403, 422]), batch=_answers,
        object_status=st.sampled_from([200, 206, 404, 416]), body=st.binary(max_size=2000),
@@ -333,13 +352,6 @@ def test_hostile_lfs_answers_never_crash_fetch_or_poison_the_cache(zoo_env, host
         path.unlink()
     finally:
         remotes.HttpRemote.__init__.__defaults__ = (4, None, 0.5)
-
-
-def test_property_tests_ran_their_cases():
-    """How many cases the properties above threw at the loaders and the fetch path (hypothesis examples)."""
-    print(json.dumps(COUNTS))
-    assert COUNTS.get("cards", 0) >= 300 and COUNTS.get("recipes", 0) >= 300
-    assert COUNTS.get("pointers", 0) >= 500 and COUNTS.get("lfs answers", 0) >= 150
 
 
 def test_launcher_errors_are_one_line_and_said_once(tmp_path):

@@ -110,6 +110,8 @@ def fetch_object(
                 # Keep the .part for a later resume; try the next remote.
                 unreachable.append(str(exc) if str(exc).startswith(url) else f"{url}: {exc}")
                 tried.append(unreachable[-1])
+                if url != urls[-1]:
+                    _warn(f"warning: {label}: {unreachable[-1]}; trying the next store")
                 continue
             return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
     if corrupt:

@@ -178,6 +178,10 @@ class StoreProblem:
 def check_store(to: str, derived: bool = False) -> tuple[list[StoreProblem], int]:
     """(missing or corrupt card objects, objects checked): every object is read and hashed."""
     remote = open_remote(to)
+    if isinstance(remote, FileRemote) and not remote.objects.is_dir() and not (remote.root / "HEAD").is_file():
+        what = "does not exist" if not remote.root.exists() else "is not a store (no lfs/objects folder, not a git repository)"
+        raise ZooError(f"{to} {what}: name a bare repository or a folder in git-lfs's layout, such as the repository's "
+                       "store/")
     problems, total = [], 0
     with tempfile.TemporaryDirectory(prefix="zoo-check-") as tmp:
         for name, entry in entries().items():

@@ -158,8 +158,9 @@ class FileRemote(Remote):
         source = self.objects / object_relpath(pointer.oid)
         if not source.is_file() and not source.is_symlink():
             raise NotOnRemote(f"{self.url}: no object {pointer.oid[:12]}…")
-        if source.is_symlink() or not source.is_file():
-            raise IntegrityError(f"{source} is a link or not a regular file: a store holds objects as plain files")
+        if not source.resolve().is_relative_to(self.root) or not source.resolve().is_file():
+            raise IntegrityError(f"{source} is a link out of the store or not a regular file: a store holds its objects "
+                                 "as files inside it")
         if (size := source.stat().st_size) != pointer.size:
             raise IntegrityError(f"{source} has {size} bytes, expected {pointer.size}")
         return source
@@ -175,7 +176,7 @@ class FileRemote(Remote):
         source = self.stored(pointer)
         part.unlink(missing_ok=True)
         done = 0
-        with open(source, "rb", buffering=0) as src, open(part, "wb") as out, HashingWriter(out) as sink:
+        with open(source.resolve(), "rb", buffering=0) as src, open(part, "wb") as out, HashingWriter(out) as sink:
             while chunk := src.read(4 * CHUNK):
                 sink.write(chunk)
                 done += len(chunk)
