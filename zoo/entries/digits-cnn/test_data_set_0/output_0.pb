@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:89dd7e0d0cd9d8e29c67d75960ebee3aa8c55a972eb09b38b66797a183bfa34d
+oid sha256:c8939a9b6fe3e00f993d86c80435ce64f59dcce38dc75a21002f76ef87026c40
 size 657
