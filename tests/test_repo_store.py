@@ -27,6 +27,8 @@ AWAITING_PUBLICATION = {
     "bert-tiny": "built before the store existed; its recipe takes ~2 h 20 min on 2 cores: rebuild and publish at a "
                  "later stop",
     "bert-mini": "built before the store existed; its recipe takes ~1 h on 2 cores: rebuild and publish at a later stop",
+    "minilm-l6": "built before the store existed; its recipe (one epoch of the v4 language-ID data: 11,250 steps) ran "
+                 "past 16 min for 800 steps on 2 cores (~3.5 h in all): resize the recipe, rebuild and publish",
 }
 
 
@@ -61,14 +63,15 @@ def test_every_primary_fetches_from_the_store_in_place(tmp_path):
     (nothing copied into the cache, nothing in store/ changed). The kinds made from fp32 are fetched and checked for
     every entry by ci/validate.sh (`make test`)."""
     script = textwrap.dedent("""
-        import json, zoo
+        import json
         from zoo import catalog
+        from zoo.store.fetch import fetch
         from zoo.variants import is_primary
         rows = []
         for name in json.loads(__import__("sys").argv[1]):
             for key, v in catalog.get_card(name).variants.items():
                 if v.built and is_primary(key, v):
-                    got = zoo.fetch(name, key, show_progress=False)
+                    got = fetch(name, key, show_progress=False)
                     rows.append([name, key, got.sha256, v.sha256, got.source, str(got.path)])
         print(json.dumps(rows))
     """)
@@ -232,12 +235,13 @@ def test_kinds_made_on_fetch_do_not_depend_on_onnxruntime_kernels(tmp_path, thre
 
         ort.InferenceSession.__init__ = init
         from zoo import catalog
+        from zoo.store.fetch import fetch
         from zoo.store.pointer import pointer_for
         from zoo.variants import kind_of
         from zoo.variants.make import derive
         from zoo.variants.opsets import Origin
         card = catalog.get_card(name)
-        fp32 = zoo.fetch(name, "fp32", show_progress=False).path
+        fp32 = fetch(name, "fp32", show_progress=False).path
         made = {}
         with tempfile.TemporaryDirectory() as tmp:
             for key, v in card.variants.items():

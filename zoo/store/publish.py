@@ -22,7 +22,7 @@ from pathlib import Path
 
 import tempfile
 
-from zoo.catalog import Entry, entries, get_entry, store_objects
+from zoo.catalog import Entry, entries, get_entry, manifest_path, store_objects
 from zoo.config import REPO_ROOT, REPO_STORE
 from zoo.errors import IntegrityError, RemoteError, ZooError
 from zoo.fsutil import atomic_write_text, contained
@@ -107,8 +107,8 @@ def _is_repo_store(to: str) -> bool:
 
 def _check_publishable(entry: Entry) -> None:
     """The repository's store takes the bytes a build of the checked-out commit wrote, and nothing else: the card
-    must record HEAD as its clean build commit, and the tree may differ from HEAD only in what the build and the
-    publishing write (the entry's folder, the store)."""
+    must record HEAD as its clean build commit, and the tree may differ from HEAD only in what builds of HEAD and the
+    publishing write (the folders of the entries built at HEAD, the manifest generated from the cards, the store)."""
     state = tree_state()
     if state.commit is None:
         raise ZooError(f"{REPO_ROOT} is not a git checkout: the repository's store is published by a commit")
@@ -119,11 +119,12 @@ def _check_publishable(entry: Entry) -> None:
     if t.git_commit != state.commit:
         raise ZooError(f"{entry.name}'s card was built at {t.git_commit[:12]}, the checkout is at {state.commit[:12]}: "
                        f"publish from the commit it was built at, or rebuild (`zoo build {entry.name}`) here")
-    stray = state.outside([entry.dir.resolve(), REPO_STORE.resolve()])
+    built_here = [e.dir.resolve() for e in entries().values() if e.card.training.git_commit == state.commit]
+    stray = state.outside([*built_here, REPO_STORE.resolve(), manifest_path().resolve()])
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
-        raise ZooError(f"uncommitted changes outside {entry.name}'s folder and the store ({shown}): publishing is one "
-                       "commit of card, pointers and objects; commit or stash the rest first")
+        raise ZooError(f"uncommitted changes outside the entries built at {state.commit[:12]} and the store ({shown}): "
+                       "publishing is one commit of cards, pointers and objects; commit or stash the rest first")
 
 
 def named_objects() -> dict[str, str]:
