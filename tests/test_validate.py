@@ -29,7 +29,8 @@ def published(tmp_path_factory):
     store = root / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(store)], check=True)
     out = zoo_cli("publish", "--all", "--to", str(store), env=env, check=True).stdout
-    assert "model.int8-qat.onnx" in out and "model.int8-ptq.onnx" not in out, out  # primaries only
+    # primaries only: the trained files and int8-ptq (its calibration runs onnxruntime's native kernels)
+    assert "model.int8-qat.onnx" in out and "model.int8-ptq.onnx" in out and "model.fp16.onnx" not in out, out
     size = sum(p.stat().st_size for p in (store / "lfs" / "objects").rglob("*") if p.is_file())
     assert f"{size:,} bytes" in out, out
     return root, env, store
@@ -60,9 +61,9 @@ def test_good_entry_passes_with_report(published, tmp_path):
     # the fp32 file trains with onnxruntime-training (artifacts from its zoo.trainable split)
     ort = next(r for r in rows if r["check"] == "ort-training")
     assert ort["ok"] and ort["measured"] < ort["card"], ort
-    # the store holds primaries only: every derived file was made from fp32 with the card's bytes, nothing skipped
+    # the store holds primaries only: every other file was made from fp32 with the card's bytes, nothing skipped
     derived = {(r["variant"], r["detail"].split(" ")[0]) for r in rows if r["check"] == "derived"}
-    assert derived == {("int8-ptq", "model.int8-ptq.onnx"), ("fp16", "model.fp16.onnx"),
+    assert derived == {("fp16", "model.fp16.onnx"),
                        ("ort-training", "model.ort-training.zip"), ("fp32", "model.opset13.onnx")}, derived
     assert all(r["ok"] and "equals the card" in r["detail"] for r in rows if r["check"] == "derived")
     assert not any(r["verdict"] == "skip" for r in rows)
@@ -72,9 +73,11 @@ def test_good_entry_passes_with_report(published, tmp_path):
 def test_fetch_derives_what_the_store_lacks(published, tmp_path):
     env, entry = _copy(published, tmp_path)
     card = load_card(tmp_path / "entries" / "quick-digits" / "card.yaml")
-    for key in ("int8-ptq", "fp16", "ort-training"):
+    for key in ("fp16", "ort-training"):
         got = json.loads(zoo_cli("fetch", "quick-digits", "--variant", key, "--json", env=env, check=True).stdout)
         assert got["source"] == "derived from fp32" and got["sha256"] == card.variants[key].sha256, got
+    stored = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "int8-ptq", "--json", env=env, check=True).stdout)
+    assert stored["source"] == env["ZOO_LFS_URL"]  # a stored kind: fetched, never re-derived on another CPU
     again = json.loads(zoo_cli("fetch", "quick-digits", "--variant", "fp16", "--json", env=env, check=True).stdout)
     assert again["source"] == "cache"  # cached like a download
     listed = json.loads(zoo_cli("fetch", "quick-digits", "--opset", "13", "--json", env=env, check=True).stdout)
@@ -112,7 +115,7 @@ def test_check_store_lists_missing_and_corrupt(published, tmp_path):
     with_derived = zoo_cli("check-store", str(store), "--derived", "--json", env=env)
     assert with_derived.returncode == 1
     missing = {p["label"] for p in json.loads(with_derived.stdout)["problems"] if p["status"] == "missing"}
-    assert missing == {"int8-ptq", "fp16", "ort-training", "fp32 opset 13"}
+    assert missing == {"fp16", "ort-training", "fp32 opset 13"}
     oid = read_pointer(tmp_path / "entries" / "quick-digits" / "model.onnx").oid
     stored = store / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
     stored.chmod(0o644)
