@@ -18,7 +18,7 @@ from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, human_size
 from zoo.provenance import tree_state
 from zoo.reproduce import reproduce as run_reproduce
-from zoo.store.cache import ObjectCache, object_relpath
+from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
 from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
@@ -153,8 +153,8 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
             where = f"{path} (in the checkout)"
         elif pointer is not None and cache.get(pointer, verify=False) is not None:
             where = f"{cache.path(pointer.oid)} (cached)"
-        elif pointer is not None and store is not None and (store / "lfs" / "objects" / object_relpath(pointer.oid)).is_file():
-            where = f"{store / 'lfs' / 'objects' / object_relpath(pointer.oid)} (the repository's store)"
+        elif pointer is not None and store is not None and (lfs_objects(store) / object_relpath(pointer.oid)).is_file():
+            where = f"{lfs_objects(store) / object_relpath(pointer.oid)} (the repository's store)"
         else:
             where = f"in the stores: zoo fetch {c.name} --variant {key}"
         print(f"{key}: sha256 {v.sha256 or '-'}\n  {where}")

@@ -23,6 +23,12 @@ def object_relpath(oid: str) -> Path:
     return Path(oid[:2]) / oid[2:4] / oid
 
 
+def lfs_objects(root: Path) -> Path:
+    """Where a store laid out as git-lfs lays out a bare repository (the repository's store/, a bare repo, the folder
+    `zoo serve` serves) keeps its objects."""
+    return root / "lfs" / "objects"
+
+
 class ObjectCache:
     def __init__(self, root: Path | None = None):
         self.root = root or zoo_home()

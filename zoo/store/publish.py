@@ -27,7 +27,7 @@ from zoo.config import REPO_ROOT, REPO_STORE
 from zoo.errors import IntegrityError, RemoteError, ZooError
 from zoo.fsutil import atomic_write_text, contained
 from zoo.provenance import tree_state
-from zoo.store.cache import ObjectCache, object_relpath
+from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 
@@ -141,7 +141,7 @@ def named_objects() -> dict[str, str]:
 
 def stored_objects(root: Path = REPO_STORE) -> dict[str, Path]:
     """oid (the file's name) -> path of every file under the store's lfs/objects."""
-    objects = root / "lfs" / "objects"
+    objects = lfs_objects(root)
     return {p.name: p for p in sorted(objects.rglob("*")) if p.is_file() or p.is_symlink()} if objects.is_dir() else {}
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
-from zoo.store.cache import check_file, object_relpath
+from zoo.store.cache import check_file, lfs_objects, object_relpath
 from zoo.store.pointer import CHUNK, Pointer, sha256_file
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
@@ -150,7 +150,7 @@ class FileRemote(Remote):
         self.root = root.resolve()
         self.url = str(self.root)
         git_dir = self.root / ".git"
-        self.objects = (git_dir if git_dir.is_dir() else self.root) / "lfs" / "objects"
+        self.objects = lfs_objects(git_dir if git_dir.is_dir() else self.root)
 
     def stored(self, pointer: Pointer) -> Path:
         """The object's file in the store, checked before any byte is read: a regular file (a link could lead

@@ -43,7 +43,7 @@ from werkzeug.wsgi import wrap_file
 
 from zoo.cards import SHA256_PATTERN
 from zoo.errors import ZooError
-from zoo.store.cache import object_relpath
+from zoo.store.cache import lfs_objects, object_relpath
 
 _STORAGE = re.compile(r"^/(?P<prefix>.+?)(?:\.git/info/lfs)?/objects/storage/(?P<oid>[0-9a-f]{64})$")
 _BATCH = re.compile(r"/objects/batch$")
@@ -98,7 +98,7 @@ def object_path(storage: Path, oid: str) -> Path:
     made of it."""
     if not _OID.match(oid):
         raise UnprocessableEntity(f"'{oid[:80]}' is not a sha256 object id (64 lowercase hex digits)")
-    return storage / "lfs" / "objects" / object_relpath(oid)
+    return lfs_objects(storage) / object_relpath(oid)
 
 
 def _json_error(status: int, message: str):
