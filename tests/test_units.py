@@ -1,0 +1,145 @@
+"""Direct tests of pure functions that the end-to-end runs reach only through training and export: the batch plan and
+learning-rate schedule, graph rewrites (topological order, Gemm as MatMul, int8 embedding tables) and the hashing
+writer behind every download."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo.errors import ZooError
+from zoo.export import gemm_as_matmul, quantize_embeddings, topological_sort
+from zoo.store.remotes import HashingWriter
+from zoo.train.trainer import BatchPlan, Phase, lr_at
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_lr_at_warms_up_linearly_then_follows_the_schedule():
+    phase = Phase("fp32", steps=110, lr=0.1, warmup_steps=10)
+    assert [lr_at(s, phase, "cosine") for s in (0, 4, 9)] == pytest.approx([0.01, 0.05, 0.1])
+    assert lr_at(10, phase, "cosine") == pytest.approx(0.1)
+    assert lr_at(60, phase, "cosine") == pytest.approx(0.05)  # half way: cos(pi/2)
+    assert lr_at(110, phase, "cosine") == pytest.approx(0.0, abs=1e-12)
+    assert lr_at(75, phase, "constant") == 0.1
+    steps = [lr_at(s, phase, "cosine") for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(steps, steps[1:]))  # never rises after the warm-up
+    assert lr_at(3, Phase("qat", steps=5, lr=1.0, warmup_steps=0), "cosine") == pytest.approx(
+        0.5 * (1 + math.cos(math.pi * 3 / 5)))
+
+
+def test_batch_plan_splits_each_global_batch_among_the_replicas():
+    plans = [BatchPlan(100, 16, rank, 4, seed=3, micro_batch=2) for rank in range(4)]
+    assert plans[0].steps_per_epoch == 6 and plans[0].accumulation == 2
+    for step in (0, 5, 6, 13):
+        shares = [p.rank_indices(step, salt=0) for p in plans]
+        together = torch.cat(shares)
+        assert len(together) == 16 and len(set(together.tolist())) == 16  # disjoint, whole global batch
+        assert torch.equal(shares[1], BatchPlan(100, 16, 1, 4, seed=3, micro_batch=2).rank_indices(step, 0))
+        assert [len(m) for m in plans[2].micro_batches(step, 0)] == [2, 2]
+    epoch = torch.cat([torch.cat([p.rank_indices(s, 0) for p in plans]) for s in range(6)])
+    assert len(set(epoch.tolist())) == 96  # one epoch: every kept example once (the last partial batch dropped)
+    assert not torch.equal(plans[0].rank_indices(0, 0), plans[0].rank_indices(6, 0))  # a new order each epoch
+    assert not torch.equal(plans[0].rank_indices(0, 0), plans[0].rank_indices(0, 1))  # the salt changes it
+    with pytest.raises(ZooError, match="not divisible"):
+        BatchPlan(100, 10, 0, 4, seed=0, micro_batch=None)
+    with pytest.raises(ZooError, match="exceeds"):
+        BatchPlan(10, 16, 0, 2, seed=0, micro_batch=None)
+    with pytest.raises(ZooError, match="does not divide"):
+        BatchPlan(100, 16, 0, 2, seed=0, micro_batch=3)
+
+
+def _chain() -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_topological_sort_orders_producers_first_and_refuses_cycles():
+    model = _chain()
+    shuffled = list(reversed(model.graph.node))
+    del model.graph.node[:]
+    model.graph.node.extend(shuffled)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    topological_sort(model.graph)
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Neg", "Add"]
+    cyclic = _chain()
+    cyclic.graph.node[0].input[0] = "y"
+    with pytest.raises(ValueError, match="cycle"):
+        topological_sort(cyclic.graph)
+
+
+def _gemm(alpha: float = 1.0) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 5)).astype(np.float32), "W")  # [out, in]: transB
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "B")
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "W", "B"], ["y"], transB=1, alpha=alpha)], "linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], initializer=[w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_gemm_as_matmul_keeps_the_arithmetic():
+    x = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32)
+    original = _gemm()
+    rewritten = gemm_as_matmul(_gemm())
+    onnx.checker.check_model(rewritten)
+    assert [n.op_type for n in rewritten.graph.node] == ["MatMul", "Add"]
+    assert {i.name for i in rewritten.graph.initializer} == {"W.matmul", "B"}  # the transposed copy replaces W
+    np.testing.assert_allclose(_run(rewritten, {"x": x}), _run(original, {"x": x}), rtol=1e-6, atol=1e-6)
+    scaled = gemm_as_matmul(_gemm(alpha=2.0))  # not a plain Linear: left as it is
+    assert [n.op_type for n in scaled.graph.node] == ["Gemm"]
+
+
+def test_quantize_embeddings_stores_int8_rows_within_half_a_step():
+    rng = np.random.default_rng(2)
+    table = (rng.standard_normal((100, 16)) * rng.uniform(0.1, 3.0, (100, 1))).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gather", ["E", "ids"], ["y"])], "embed",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+                              initializer=[numpy_helper.from_array(table, "E")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    ids = np.arange(100, dtype=np.int64)
+    quantized = quantize_embeddings(onnx.load_model_from_string(model.SerializeToString()))
+    onnx.checker.check_model(quantized)
+    tables = [i.data_type for i in quantized.graph.initializer if list(i.dims) == [100, 16]]
+    assert tables == [TensorProto.INT8]  # the fp32 table is gone
+    step = np.abs(table).max(axis=1, keepdims=True) / 127  # symmetric, one scale per row
+    error = np.abs(_run(quantized, {"ids": ids}) - table)
+    assert (error <= step / 2 + 1e-6).all()
+    assert len(quantized.SerializeToString()) < 0.4 * len(model.SerializeToString())
+    small = helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["y"])], "small",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+        initializer=[numpy_helper.from_array(table[:8], "E")]), opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert quantize_embeddings(small) == small  # tables under min_rows stay fp32
+
+
+def test_hashing_writer_writes_and_hashes_the_same_bytes():
+    data = [bytes([i]) * (1 << 16) for i in range(40)]
+    out = io.BytesIO()
+    with HashingWriter(out, depth=2) as sink:
+        for chunk in data:
+            sink.write(chunk)
+        digest = sink.close()
+    assert out.getvalue() == b"".join(data) and digest.hexdigest() == hashlib.sha256(b"".join(data)).hexdigest()
+    resumed = hashlib.sha256(data[0])  # a resumed download: the digest carries the bytes already on disk
+    with HashingWriter(io.BytesIO(), resumed) as sink:
+        for chunk in data[1:]:
+            sink.write(chunk)
+        assert sink.close().hexdigest() == digest.hexdigest()
