@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -73,9 +75,65 @@ def write_entry(entries: Path, name: str, n_in: int = 8, seed: int = 0, accuracy
     return folder
 
 
+# CPU leases. `make test` runs two pytest-xdist workers on two cores; every test holds a shared lease on the CPUs
+# (tests/conftest.py), and whatever starts several busy processes at once (torchrun ranks, `zoo build`, a Flower
+# deployment) trades it for an exclusive one while it runs: busy processes never outnumber the cores, and the other
+# worker goes on with single-process tests the rest of the time. The turnstile keeps an exclusive request from being
+# starved by a stream of shared ones. Without xdist nothing waits.
+_LEASE: dict = {"file": None, "exclusive": 0}
+
+
+def _lock(mode: int) -> None:
+    folder = Path(os.environ["ZOO_TEST_LEASES"])
+    with open(folder / "turnstile", "a") as turnstile:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(_LEASE["file"], mode)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def shared_cpus():
+    """One test's lease (taken by tests/conftest.py around its setup, call and teardown)."""
+    _LEASE["file"] = open(Path(os.environ["ZOO_TEST_LEASES"]) / "cpus", "a")
+    try:
+        _lock(fcntl.LOCK_SH)
+        yield
+    finally:
+        _LEASE["file"].close()  # closing releases the lock
+        _LEASE["file"] = None
+
+
+@contextlib.contextmanager
+def all_cpus():
+    """Both CPUs for what runs inside (several busy processes); back to the shared lease afterwards."""
+    if _LEASE["file"] is None or _LEASE["exclusive"]:  # outside a test (a helper run by hand) or already exclusive
+        _LEASE["exclusive"] += 1
+        try:
+            yield
+        finally:
+            _LEASE["exclusive"] -= 1
+        return
+    fcntl.flock(_LEASE["file"], fcntl.LOCK_UN)
+    _lock(fcntl.LOCK_EX)
+    _LEASE["exclusive"] = 1
+    try:
+        yield
+    finally:
+        _LEASE["exclusive"] = 0
+        fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # may wait while the other worker holds both
+
+
+# `zoo` commands that start torchrun ranks (two busy processes).
+RANK_COMMANDS = {"build", "import", "train"}
+
+
 def zoo_cli(*args: str, env: dict | None = None, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+    lease = all_cpus() if (args and args[0] in RANK_COMMANDS) or "--build" in args else contextlib.nullcontext()
+    with lease:
+        result = subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True,
+                                env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
     if check and result.returncode != 0:
         raise AssertionError(f"zoo {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result

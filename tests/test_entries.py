@@ -59,6 +59,11 @@ def test_readme_catalog_table_matches_cards():
     assert "| **catalog** |" in readme
 
 
+def test_every_card_of_the_catalog_loads():
+    # A broken card is set aside so that it breaks only its own entry (zoo.catalog): the project's own have none.
+    assert catalog.broken(REPO / "zoo" / "entries") == {}
+
+
 def test_catalog_primaries_fit_the_store():
     total = sum(catalog.primary_bytes(e) for e in catalog.entries(REPO / "zoo" / "entries").values())
     assert total <= 200 * 2**20, f"primaries {total / 2**20:.1f} MiB exceed the store's 200 MiB"

@@ -42,7 +42,7 @@ def federated(tmp_path: Path, *args: str, **extra) -> subprocess.CompletedProces
                           timeout=600)
 
 
-def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quiet_env, monkeypatch):
+def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quiet_env, monkeypatch, whole_machine):
     """Four SuperNodes: two hold the fleet's base, one another base model, one the same weights claiming int8
     weights. The last two are refused every round; client 1's ClientApp dies mid-round 2 and costs only its update."""
     other = train_onnx(tmp_path, "other", "--recipe", "fp32", "--model", "digits-cnn", "steps=10", "seed=1")
@@ -85,7 +85,7 @@ def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quie
     assert not any(p.poll() is None for p in federation.processes)  # every process stopped
 
 
-def test_the_launcher_resumes_after_the_server_dies(tmp_path, base):
+def test_the_launcher_resumes_after_the_server_dies(tmp_path, base, whole_machine):
     common = ["run", "--recipe", "federated-digits", "--no-tracking", "--onnx", str(base), "--output-dir",
               str(tmp_path / "out"), "federated.clients=2", "federated.rounds=2", "federated.local_steps=15",
               "federated.round_timeout_s=120"]  # no client dies here: a slow machine must not drop one
@@ -102,7 +102,7 @@ def test_the_launcher_resumes_after_the_server_dies(tmp_path, base):
     assert f"federated: initial {summary['initial_accuracy']:.4f}" in second.stdout
 
 
-def test_twenty_virtual_clients_on_the_simulation_runtime(tmp_path, base):
+def test_twenty_virtual_clients_on_the_simulation_runtime(tmp_path, base, whole_machine):
     result = federated(tmp_path, "simulate", "--recipe", "federated-digits", "--no-tracking", "--onnx", str(base),
                        "--output-dir", str(tmp_path / "out"), "federated.clients=20", "federated.rounds=1",
                        "federated.local_steps=10")

@@ -9,18 +9,21 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import REPO, card_dict, free_port, write_entry, zoo_cli
+from tests.helpers import REPO, all_cpus, card_dict, free_port, write_entry, zoo_cli
 from zoo.cards import load_card
 from zoo.errors import ZooError
 from zoo.recipes import load_recipe
@@ -139,8 +142,9 @@ def test_a_corrupt_store_is_named_and_the_next_store_serves(zoo_env, tmp_path):
     pointer = Pointer(hashlib.sha256(data).hexdigest(), len(data))
     bad = _bare_store(tmp_path / "bad", data[:-1] + b"x", pointer)
     good = _bare_store(tmp_path / "good", data, pointer)
-    path, source, _ = fetch_object(pointer, "obj", remotes=[bad, good], show_progress=False)
+    path, source, _, skipped = fetch_object(pointer, "obj", remotes=[bad, good], show_progress=False)
     assert source == good and sha256_file(path) == pointer.oid
+    assert len(skipped) == 1 and skipped[0].startswith(f"{bad}: corrupt copy")
     ObjectCache().path(pointer.oid).unlink()
     with pytest.raises(ZooError) as refused:
         fetch_object(pointer, "obj", remotes=[bad], show_progress=False)
@@ -170,6 +174,57 @@ def test_unreachable_and_missing_are_different_messages(zoo_env, tmp_path):
         fetch_object(pointer, "obj", remotes=[down], show_progress=False)
     assert "no store could be reached" in str(unreachable.value) and "unreachable" in str(unreachable.value)
     assert "is in no store" not in str(unreachable.value)
+
+
+def test_a_hung_store_costs_seconds_is_named_and_listed(zoo_env, tmp_path):
+    """A store that accepts connections and never answers: skipped after ZOO_LFS_TIMEOUT (not retried), named on
+    stderr and in the JSON answer's `skipped`, and the next store serves."""
+    folder = write_entry(zoo_env["entries"], "tiny")
+    pointer = pointer_for(folder / "model.onnx")
+    good = _bare_store(tmp_path / "good", (folder / "model.onnx").read_bytes(), pointer)
+    (folder / "model.onnx").write_text(pointer.text())  # the checkout holds only the pointer
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # the kernel accepts connections into the backlog; nobody ever reads or answers
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/lfs"
+        env = {"ZOO_ENTRIES": str(zoo_env["entries"]), "ZOO_HOME": str(zoo_env["home"]), "ZOO_STORE": "",
+               "ZOO_LFS_URL": f"{url} {good}", "ZOO_LFS_TIMEOUT": "1"}
+        started = time.monotonic()
+        result = zoo_cli("fetch", "tiny", "--json", env=env, check=True)
+        took = time.monotonic() - started
+    answer = json.loads(result.stdout)
+    assert answer["source"] == good and answer["sha256"] == pointer.oid
+    assert len(answer["skipped"]) == 1 and answer["skipped"][0].startswith(f"{url}: timed out (no answer within 1 s")
+    assert f"warning: tiny fp32: {url}: timed out" in result.stderr
+    assert took < 15, took  # a hung store used to cost 4 x 60 s
+    bad = zoo_cli("fetch", "tiny", env={**env, "ZOO_LFS_TIMEOUT": "soon", "ZOO_HOME": str(tmp_path / "empty")})
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
+        "error: ZOO_LFS_TIMEOUT='soon' is not a number of seconds in (0, 3600]; unset it for 5 s"]
+
+
+def test_a_linked_or_broken_entry_breaks_only_itself(zoo_env, tmp_path):
+    entries = zoo_env["entries"]
+    write_entry(entries, "tiny")
+    outside = write_entry(tmp_path / "outside", "evil")  # a valid card, in a folder outside the catalog
+    (entries / "evil").symlink_to(outside, target_is_directory=True)
+    write_entry(entries, "bad")
+    (entries / "bad" / "card.yaml").write_text("name: bad\nvariants: [unclosed\n")
+    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(zoo_env["home"]), "ZOO_STORE": "", "ZOO_LFS_URL": ""}
+    listed = zoo_cli("list", env=env, check=True).stdout
+    assert "tiny" in listed and "broken: evil:" in listed and "broken: bad:" in listed
+    assert "link leading out of" in " ".join(listed.split())
+    as_json = json.loads(zoo_cli("list", "--json", env=env, check=True).stdout)
+    assert [c["name"] for c in as_json] == ["tiny", "bad", "evil"] and "error" in as_json[1]
+    assert zoo_cli("info", "tiny", env=env, check=True).returncode == 0
+    assert zoo_cli("fetch", "tiny", env=env, check=True).returncode == 0
+    for name, why in (("evil", "is a link leading out of"), ("bad", "bad/card.yaml")):
+        refused = zoo_cli("fetch", name, env=env)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode != 0 and len(lines) == 1 and why in lines[0], refused.stderr
+    before = (entries / "MANIFEST.json").exists()
+    refused = zoo_cli("manifest", env=env)
+    assert refused.returncode != 0 and "the manifest needs every card; 2 broken" in refused.stderr
+    assert (entries / "MANIFEST.json").exists() == before
 
 
 class _Hostile(BaseHTTPRequestHandler):
@@ -223,7 +278,7 @@ def test_a_stale_partial_download_restarts_from_zero_before_blaming_the_store(zo
     # download starts once more from byte 0 (no Range) before anyone blames the store.
     _Hostile.answer["object"] = ("serve", data)
     cache.partial_path(pointer.oid).write_bytes(b"\0" * 1000)
-    path, source, resumed = fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
+    path, source, resumed, _ = fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
     assert sha256_file(path) == pointer.oid and source == hostile_server and resumed == 0
     cache.path(pointer.oid).unlink()
     # A server whose copy is wrong is blamed, by name, and nothing is cached.
@@ -344,7 +399,7 @@ def test_hostile_lfs_answers_never_crash_fetch_or_poison_the_cache(zoo_env, host
     _Hostile.answer = {"batch": (batch_status, batch), "object": (object_status, body, None)}
     remotes.HttpRemote.__init__.__defaults__ = (2, None, 0.0)  # no backoff between attempts: hundreds of cases
     try:
-        path, _, _ = fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
+        path, *_ = fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
     except ZooError:
         assert ObjectCache().get(pointer) is None
     else:
@@ -371,8 +426,9 @@ def test_launcher_errors_are_one_line_and_said_once(tmp_path):
     assert bad_dir.returncode == 1 and "Traceback" not in bad_dir.stderr
     assert bad_dir.stderr.strip().splitlines()[-1].startswith(f"error: --output-dir {blocker / 'out'}: cannot create it")
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    two = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", *launcher, "--recipe", str(recipe)],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    with all_cpus():  # two ranks start (tests/helpers.py)
+        two = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", *launcher, "--recipe", str(recipe)],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert two.returncode != 0 and (two.stdout + two.stderr).count(f"error: {recipe}: the top level") == 1
     # `zoo train` checks the recipe before torchrun starts any worker: its whole output is the one line.
     checked = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), env=env)
@@ -393,3 +449,77 @@ def test_card_schema_bounds_accuracies(zoo_env, metrics):
     (folder / "card.yaml").write_text(yaml.safe_dump(card, sort_keys=False))
     with pytest.raises(ZooError, match=r"accuracies are fractions in \[0, 1\]"):
         load_card(folder / "card.yaml")
+
+
+# -- `zoo serve`: no request reaches a byte outside its storage folder --------------------------------------------------
+
+SECRET = b"secret bytes outside the storage"
+_SECRET_OID = hashlib.sha256(SECRET).hexdigest()
+# Path pieces an attacker would try: dot segments raw, percent-encoded, double-encoded, overlong UTF-8 and Unicode
+# look-alikes (fullwidth dots and solidus, the two-dot leader); the routes' own words; the secret's name.
+_SEGMENTS = ["..", "%2e%2e", "%2E%2E", ".%2e", "%2e.", "%252e%252e", "%c0%ae%c0%ae", "\uff0e\uff0e", "\u2025",
+             "..%2f..", "..%5c..", "%2f", "\uff0f", "", ".", "outside", "secret", _SECRET_OID, "link", "objects",
+             "storage", "lfs", "zoo", "models.git", "info", "batch", "e" * 64]
+
+
+def _request_path(pieces: list[str], absolute: bool) -> str:
+    raw = "/".join(pieces)
+    path = ("//" if absolute else "/") + raw
+    # http.client sends ASCII: non-ASCII look-alikes go out percent-encoded as UTF-8, the rest exactly as written.
+    return "".join(c if ord(c) < 128 else "".join(f"%{b:02X}" for b in c.encode()) for c in path)
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory):
+    """`zoo serve` over a storage folder next to secrets: a file beside it, one above it, and an object entry in the
+    storage that is a link to a file outside (named as that file's oid, so only the link protects it)."""
+    from tests.helpers import LfsServer
+
+    root = tmp_path_factory.mktemp("guarded")
+    storage = root / "storage"
+    storage.mkdir()
+    for place in (root / "secret", root / "outside" / "secret", root / _SECRET_OID, root / "objects" / _SECRET_OID):
+        place.parent.mkdir(parents=True, exist_ok=True)
+        place.write_bytes(SECRET)
+    link = storage / "lfs" / "objects" / _SECRET_OID[:2] / _SECRET_OID[2:4] / _SECRET_OID
+    link.parent.mkdir(parents=True)
+    link.symlink_to(root / "outside" / "secret")
+    server = LfsServer(storage, anonymous_writes=False, secret="s" * 48).start()
+    yield server
+    server.stop()
+
+
+@ran_cases("server paths", 200)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=9), absolute=st.booleans(),
+       method=st.sampled_from(["GET", "GET", "HEAD", "POST"]), prefix=st.sampled_from(
+           ["", "zoo/models.git/info/lfs/objects/storage/", "zoo/models/objects/storage/",
+            "zoo/models.git/info/lfs/objects/batch/"]))
+def test_no_request_path_reaches_bytes_outside_the_storage(guarded_server, pieces, absolute, method, prefix):
+    import http.client
+
+    _count("server paths")
+    path = _request_path([*prefix.split("/"), *pieces] if prefix else pieces, absolute)
+    connection = http.client.HTTPConnection("127.0.0.1", guarded_server.port, timeout=10)
+    try:
+        body = json.dumps({"operation": "download", "objects": [{"oid": _SECRET_OID, "size": len(SECRET)}]})
+        connection.request(method, path, body=body if method == "POST" else None,
+                           headers={"Content-Type": "application/vnd.git-lfs+json"})
+        answer = connection.getresponse()
+        data = answer.read()
+    finally:
+        connection.close()
+    assert SECRET not in data, (path, answer.status)
+    if method == "GET" and answer.status == 200 and data:
+        assert hashlib.sha256(data).hexdigest() != _SECRET_OID, path
+
+
+def test_an_object_entry_linking_out_of_the_storage_is_not_served(guarded_server):
+    """The batch API does not offer it (no download action, so no signed link), and its storage URL refuses it."""
+    batch = requests.post(f"{guarded_server.url}/objects/batch", timeout=10,
+                          headers={"Accept": "application/vnd.git-lfs+json"},
+                          json={"operation": "download", "objects": [{"oid": _SECRET_OID, "size": len(SECRET)}]})
+    assert batch.status_code == 404 and "href" not in batch.text, batch.text  # giftless: none of them found
+    for href in [f"{guarded_server.url}/objects/storage/{_SECRET_OID}"]:
+        answer = requests.get(href, timeout=10)
+        assert answer.status_code in (403, 404) and SECRET not in answer.content

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,9 @@ LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
 # trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
 # onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
+# A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import).
 RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.variants"), "zoo.train.tracking": ("mlflow",),
+             "zoo.train.parallel": ("zoo.train.parallel.",),
              "zoo.federated.client": ("zoo.federated.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages that must read the kinds table, never branch on a kind's name or format themselves.
@@ -155,3 +159,18 @@ def test_a_kind_added_to_the_table_reaches_recipes_cards_and_docs(test_kind: Kin
     with pytest.raises(CardError, match="no kind the zoo knows"):
         parse_card({**card, "variants": {**card["variants"], "int9": test_kind.card_fields(17)}}, "card.yaml")
     assert "int8-test" in docs.index_page({}, {}) and "a test-only kind" in docs.kinds_reference()
+
+
+def test_a_ddp_rank_imports_no_other_strategy():
+    """What every torchrun rank of a DDP run imports (the trainer, the models, the DDP strategy) leaves DeepSpeed,
+    pipelining, Horovod and the other strategies unimported; the strategy that needs one imports it."""
+    others = ("deepspeed", "horovod", "torch.distributed.pipelining", "zoo.train.parallel.fsdp",
+              "zoo.train.parallel.tensor", "zoo.train.parallel.pipeline", "zoo.train.parallel.deepspeed")
+    script = ("import sys\nfrom zoo.train.trainer import run\n"
+              "from zoo.models import build_model\n"
+              "build_model('bert-tiny', num_classes=8, vocab_size=100), build_model('digits-cnn', num_classes=10)\n"
+              f"print(sorted(m for m in {others!r} if m in sys.modules))\n"
+              "from zoo.train.parallel import _strategy_class\n_strategy_class('pp')\n"
+              "print('torch.distributed.pipelining' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout + result.stderr

@@ -28,6 +28,7 @@ BERT = ["--model", "bert", "steps=6", *SGD, "model_args.num_hidden_layers=2", "m
         "model_args.num_attention_heads=2", "model_args.intermediate_size=128", "model_args.hidden_dropout_prob=0",
         "model_args.attention_probs_dropout_prob=0"]
 TOLERANCE = 1e-5  # per tensor: |a - b| / |a| (norms)
+pytestmark = pytest.mark.usefixtures("whole_machine")  # every test here runs ranks (tests/helpers.py: CPU leases)
 
 
 def env(tmp_path: Path, **extra) -> dict:

@@ -45,7 +45,7 @@ def _files(folder: Path) -> dict[str, str]:
             if p.is_file() and p.name != "card.yaml"}
 
 
-def test_two_clean_clones_build_identical_bytes(tmp_path):
+def test_two_clean_clones_build_identical_bytes(tmp_path, whole_machine):
     recipe = quick_recipe(tmp_path, steps=100, qat_steps=20)
     builds = []
     for name in ("a", "b"):
@@ -67,7 +67,7 @@ def test_two_clean_clones_build_identical_bytes(tmp_path):
     assert low <= 13 and high >= 17
 
 
-def test_dirty_tree_is_refused_and_allow_dirty_is_recorded(tmp_path):
+def test_dirty_tree_is_refused_and_allow_dirty_is_recorded(tmp_path, whole_machine):
     recipe = quick_recipe(tmp_path, steps=30, qat_steps=5)
     clone = _clone(tmp_path / "clone")
     (clone / "zoo" / "stray.py").write_text("# an uncommitted change\n")

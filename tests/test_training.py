@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import requests
 import torch
 
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, all_cpus, free_port
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.export import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
 from zoo.store.pointer import sha256_file
@@ -34,8 +35,9 @@ def train(tmp_path: Path, out: str, *args: str, nproc: int | None = None, extra_
     else:
         cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", *torchrun_args, LAUNCHER]
     cmd += ["--output-dir", str(tmp_path / out), *args]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, **(extra_env or {})), timeout=600,
-                            cwd=tmp_path)
+    with all_cpus() if nproc else contextlib.nullcontext():  # ranks: both CPUs (tests/helpers.py)
+        result = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, **(extra_env or {})),
+                                timeout=600, cwd=tmp_path)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
     return result

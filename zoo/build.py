@@ -56,6 +56,15 @@ def _raw_card(name: str) -> tuple[Path, dict]:
     return path, raw
 
 
+def _refuse_broken_entries(names: list[str]) -> None:
+    """A build ends by writing the manifest, which needs every card: say so before training, not after."""
+    catalog.reload()
+    if other := {k: v for k, v in catalog.broken().items() if k not in names}:
+        name, error = next(iter(other.items()))
+        raise CardError(f"another entry's card is broken ({name}: {error}); fix it before building, the manifest "
+                        "this build writes needs every card")
+
+
 def build_paths(names: list[str]) -> list[Path]:
     """What building `names` writes in the checkout: their entry folders and the generated catalog files."""
     return [entries_dir() / n for n in names] + [catalog.manifest_path(), catalog.README]
@@ -69,6 +78,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
     The tree must be clean apart from what this run writes (`writes`: the entries of one `zoo build` command):
     the recorded commit is stamped into every file, so building that commit again gives the same bytes."""
     commit, reproducible = require_clean(build_paths(writes or [name]), allow_dirty)
+    _refuse_broken_entries(writes or [name])
     card_path, raw = _raw_card(name)
     entry_dir = card_path.parent
     training = raw.get("training") or {}
@@ -149,6 +159,7 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     entry from it with `init_from`."""
     read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
     require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
+    _refuse_broken_entries(writes or [name])
     weights, _, parity = convert(source.resolve(), name)
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
         f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")

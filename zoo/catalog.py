@@ -14,7 +14,7 @@ from pathlib import Path
 
 from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
 from zoo.config import REPO_ROOT, entries_dir
-from zoo.errors import UnknownModelError, ZooError
+from zoo.errors import CardError, UnknownModelError, ZooError
 from zoo.fsutil import atomic_write_text
 from zoo.store.pointer import ensure_content, pointer_for, read_pointer
 from zoo.variants import is_primary
@@ -44,18 +44,40 @@ class Entry:
         return check_inside(self.dir, self.variant(key).file, f"{self.dir / CARD_FILE}: variants.{key}.file")
 
 
+@dataclass(frozen=True)
+class Catalog:
+    entries: dict[str, Entry]
+    broken: dict[str, str]  # folder name -> why its entry cannot be used (one line)
+
+
 @cache
-def _load(root: Path) -> dict[str, Entry]:
-    entries = {}
+def _load(root: Path) -> Catalog:
+    """Every entry folder's card. A card that does not parse, or an entry folder or card that is a link leading out
+    of the catalog folder, breaks only its own entry: the others list, fetch and validate."""
+    good, broken = {}, {}
     if root.is_dir():
         for card_path in sorted(root.glob(f"*/{CARD_FILE}")):
-            card = load_card(card_path)
-            entries[card.name] = Entry(card, card_path.parent)
-    return entries
+            folder = card_path.parent
+            try:
+                if not card_path.resolve().is_relative_to(root) or folder.resolve().parent != root:
+                    raise CardError(f"{folder}: the entry folder or its card is a link leading out of {root} (to "
+                                    f"{card_path.resolve().parent}); an entry is a real folder of the catalog")
+                card = load_card(card_path)
+            except ZooError as exc:
+                broken[folder.name] = str(exc).splitlines()[0]
+                continue
+            good[card.name] = Entry(card, folder)
+    return Catalog(good, broken)
 
 
 def entries(root: Path | None = None) -> dict[str, Entry]:
-    return _load((root or entries_dir()).resolve())
+    """The usable entries (broken ones: `broken()`)."""
+    return _load((root or entries_dir()).resolve()).entries
+
+
+def broken(root: Path | None = None) -> dict[str, str]:
+    """Entry folders whose card cannot be used, each with its one-line error."""
+    return _load((root or entries_dir()).resolve()).broken
 
 
 def reload() -> None:
@@ -77,6 +99,8 @@ def get_entry(name: str) -> Entry:
     catalog = entries()
     if name in catalog:
         return catalog[name]
+    if name in (bad := broken()):
+        raise CardError(bad[name])
     close = difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.6)
     hint = f"; did you mean: {', '.join(close)}?" if close else "; `zoo list` shows the catalog"
     raise UnknownModelError(f"unknown model '{name}'{hint}")
@@ -130,6 +154,9 @@ def write_manifest(root: Path | None = None) -> Path:
     """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`), and for the project's
     own catalog the README's size table."""
     reload()
+    if bad := broken(root):  # a manifest silently missing an entry would publish a smaller catalog
+        name, error = next(iter(bad.items()))
+        raise CardError(f"the manifest needs every card; {len(bad)} broken, e.g. {name}: {error}")
     path = manifest_path(root)
     atomic_write_text(path, manifest_text(root))
     if path.parent.resolve() == (REPO_ROOT / "zoo" / "entries").resolve() and README.exists():

@@ -64,8 +64,10 @@ def list_cmd(task: Optional[str] = typer.Option(None, help="Only models for this
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the catalog's models."""
     names = catalog.list_models(task)
+    broken = catalog.broken() if task is None else {}
     if as_json:
-        print(json.dumps([catalog.get_card(n).model_dump(mode="json", exclude_none=True) for n in names], indent=2))
+        print(json.dumps([catalog.get_card(n).model_dump(mode="json", exclude_none=True) for n in names]
+                         + [{"name": n, "error": e} for n, e in broken.items()], indent=2))
         return
     table = Table("name", "task", "family", "params", "variants", "fp32 " + "metric")
     for name in names:
@@ -75,6 +77,8 @@ def list_cmd(task: Optional[str] = typer.Option(None, help="Only models for this
     out.print(table)
     if any(not v.built for n in names for v in catalog.get_card(n).variants.values()):
         out.print("* not built yet: `zoo build NAME`")
+    for name, error in broken.items():
+        out.print(f"[red]broken:[/red] {escape(name)}: {escape(error)}")
 
 
 @app.command()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import platformdirs
 
+from zoo.errors import ZooError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
@@ -63,6 +65,25 @@ def repo_store() -> Path | None:
         return None
     folder = Path(value).expanduser().resolve() if value else REPO_STORE
     return folder if folder.is_dir() else None
+
+
+DEFAULT_LFS_TIMEOUT = 5.0
+
+
+def lfs_timeout() -> float:
+    """Seconds an HTTP store may take to accept a connection, and to send each next piece of an answer
+    (`$ZOO_LFS_TIMEOUT`, default 5): a store that hangs costs seconds and is skipped, never retried."""
+    value = os.environ.get("ZOO_LFS_TIMEOUT", "").strip()
+    if not value:
+        return DEFAULT_LFS_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise ZooError(f"ZOO_LFS_TIMEOUT={value!r} is not a number of seconds in (0, 3600]; unset it for "
+                       f"{DEFAULT_LFS_TIMEOUT:g} s")
+    return seconds
 
 
 def lfs_remote_urls() -> list[str]:

@@ -66,7 +66,7 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
             rel = path.relative_to(entry.dir)
             pointer = read_pointer(path) or pointer_for(path)
             try:
-                got, source, _ = fetch_object(pointer, f"{entry.name}/{rel}", checkout_path=path, show_progress=False)
+                got, source, *_ = fetch_object(pointer, f"{entry.name}/{rel}", checkout_path=path, show_progress=False)
             except IntegrityError as exc:
                 rows.append(Row(entry.name, _variant_of(entry.card, rel), "sha256", False, detail=str(exc)[:300]))
                 corrupt = True
@@ -245,6 +245,10 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
     current = committed.exists() and committed.read_text() == catalog.manifest_text()
     rows.append(Row("*", "*", "manifest", current, detail=f"{committed.name} matches the cards" if current else
                     f"{committed.name} differs from the cards: run `zoo manifest` and commit it"))
+    # A broken card fails its own entry here; the others are validated as usual.
+    rows += [Row(name, "*", "card", False, detail=error[:300]) for name, error in catalog.broken().items()
+             if not names or name in names]
+    targets = [n for n in targets if n not in catalog.broken()]
     # The rebuild budget is for the whole run: cheapest entries first, each rebuild spends its card's build time.
     targets = sorted(targets, key=lambda n: catalog.get_card(n).training.build_time_s or float("inf"))
     remaining = rebuild_budget

@@ -12,8 +12,10 @@ file and checked against the card's sha256 before it is cached, like a download.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -40,6 +42,7 @@ class FetchResult:
     source: str  # "checkout", "cache", the remote's URL, or "derived from fp32 …"
     resumed_from: int = 0  # bytes an interrupted earlier download had already fetched
     metrics: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # stores passed over before `source`, each with why
 
     def to_json(self) -> dict:
         return {**asdict(self), "path": str(self.path)}
@@ -56,29 +59,37 @@ def _progress_bar(label: str, total: int, show: bool):
         yield lambda done: bar.update(task, completed=done)
 
 
+class Found(NamedTuple):
+    path: Path
+    source: str
+    resumed_from: int = 0
+    skipped: tuple[str, ...] = ()  # stores passed over (corrupt copy, unreachable, timed out), each with why
+
+
 def fetch_object(
     pointer: Pointer,
     label: str,
     checkout_path: Path | None = None,
     remotes: list[str] | None = None,
-    build_hint: str = "",
+    build_hint: Callable[[], str] = str,
     show_progress: bool = True,
     rate_limit: float | None = None,
-) -> tuple[Path, str, int]:
-    """(path, source, resumed_from) of the verified object: the checkout's real file, the cache, else the first store
-    with a good copy. Raises IntegrityError when stores hold only corrupt copies (naming them), StoreUnreachableError
-    when no store could be reached at all, else ObjectNotFoundError, each listing every store tried."""
+) -> Found:
+    """The verified object: the checkout's real file, the cache, else the first store with a good copy; every store
+    skipped on the way is warned about on stderr and listed in `skipped`. Raises IntegrityError when stores hold only
+    corrupt copies (naming them), StoreUnreachableError when no store could be reached at all, else
+    ObjectNotFoundError, each listing every store tried (and `build_hint()`: what else the user can do)."""
     if (checkout_path is not None and checkout_path.is_file() and read_pointer(checkout_path) is None
             and checkout_path.stat().st_size == pointer.size and sha256_file(checkout_path) == pointer.oid):
-        return checkout_path, "checkout", 0
+        return Found(checkout_path, "checkout")
     cache = ObjectCache()
     if (hit := cache.get(pointer)) is not None:
-        return hit, "cache", 0
+        return Found(hit, "cache")
     corrupt, unreachable, tried = [], [], []  # tried: every store's outcome, in order
     if remotes is None and (store := repo_store()) is not None:
         # The repository's own store: read in place and verified, never copied or modified.
         try:
-            return FileRemote(store).read_in_place(pointer), f"repository store ({store})", 0
+            return Found(FileRemote(store).read_in_place(pointer), f"repository store ({store})")
         except NotOnRemote:
             tried.append(f"{store} (the repository's store): not there")
         except IntegrityError as exc:
@@ -90,7 +101,7 @@ def fetch_object(
     with cache.lock(pointer.oid):
         # Another process may have downloaded it while this one waited for the lock.
         if (hit := cache.get(pointer)) is not None:
-            return hit, "cache", 0
+            return Found(hit, "cache", 0, tuple(corrupt + unreachable))
         part = cache.partial_path(pointer.oid)
         for url in urls:
             try:
@@ -113,7 +124,8 @@ def fetch_object(
                 if url != urls[-1]:
                     _warn(f"warning: {label}: {unreachable[-1]}; trying the next store")
                 continue
-            return cache.admit(part, pointer, move=True, verified=True), url, resumed_from
+            return Found(cache.admit(part, pointer, move=True, verified=True), url, resumed_from,
+                         tuple(corrupt + unreachable))
     if corrupt:
         raise IntegrityError(f"{label} (sha256 {pointer.oid}): " + "; ".join(tried)
                              + "; nothing was cached. Republish it (`zoo publish`) or fetch from another mirror.")
@@ -122,11 +134,11 @@ def fetch_object(
         raise StoreUnreachableError(
             f"{label} (sha256 {pointer.oid}): no store could be reached, so none could say whether it has it:\n"
             + "\n".join(f"  {t}" for t in stores)
-            + "\nRetry when the store is back, or add a mirror: ZOO_LFS_URL=<LFS URL or bare repo>." + build_hint)
+            + "\nRetry when the store is back, or add a mirror: ZOO_LFS_URL=<LFS URL or bare repo>." + build_hint())
     raise ObjectNotFoundError(f"{label} (sha256 {pointer.oid}) is in no store. Tried:\n"
                               + "\n".join(f"  {t}" for t in stores)
                               + "\nAdd a mirror: ZOO_LFS_URL=<LFS URL or bare repo> (space separated for several)."
-                              + build_hint)
+                              + build_hint())
 
 
 def _warn(message: str) -> None:
@@ -155,9 +167,11 @@ def fetch(
     if not spec.built:
         raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet.{build_hint(entry)}")
     pointer = Pointer(spec.sha256, spec.size)
-    path, source, resumed_from = _fetch_or_derive(entry, variant, None, pointer, f"{name} {variant}",
-                                                  entry.variant_path(variant), remotes, show_progress, rate_limit, build)
-    result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics))
+    path, source, resumed_from, skipped = _fetch_or_derive(entry, variant, None, pointer, f"{name} {variant}",
+                                                           entry.variant_path(variant), remotes, show_progress,
+                                                           rate_limit, build)
+    result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics),
+                         list(skipped))
     if source.startswith("rebuilt locally") and (kept := local_build(spec.sha256)) is not None and kept[0] == path:
         record = kept[1]  # other bytes than the card's (zoo.store.rebuild): say which, and what they measured
         result.sha256, result.size = record.sha256, record.size
@@ -166,14 +180,14 @@ def fetch(
 
 
 def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer, label: str, checkout: Path,
-                     remotes, show_progress: bool, rate_limit, build: bool | None = None) -> tuple[Path, str, int]:
+                     remotes, show_progress: bool, rate_limit, build: bool | None = None) -> Found:
     """Download the object; when no store has it and it is made from fp32 (a derived variant, or an opset the card
     lists), make it from the fetched fp32 file and admit it only if it has the card's bytes; when only the training
     run makes it, build it from the recipe if allowed (zoo.store.rebuild)."""
     variant = entry.variant(key)
     try:
         return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes,
-                            build_hint=publish_hint(entry, remotes) + build_hint(entry),
+                            build_hint=lambda: publish_hint(entry, remotes) + build_hint(entry),
                             show_progress=show_progress, rate_limit=rate_limit)
     except ObjectNotFoundError as missing:
         if opset is None and not made_from_fp32(key, variant):
@@ -181,7 +195,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
                 raise
             path, source = build_on_miss(entry, key, pointer, label, missing, build,
                                          lambda m: Console(stderr=True, soft_wrap=True).print(m, markup=False, highlight=False))
-            return path, source, 0
+            return Found(path, source)
     fp32_result = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, rate_limit=rate_limit,
                         build=build)
     if fp32_result.sha256 != entry.variant("fp32").sha256:
@@ -194,7 +208,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
     cache = ObjectCache()
     with cache.lock(pointer.oid):
         if (hit := cache.get(pointer)) is not None:
-            return hit, "cache", 0
+            return Found(hit, "cache")
         with cache.scratch() as tmp:
             made = derive(key, variant, fp32, Path(tmp) / "derived", Origin.of(entry.card), opset)
             got = pointer_for(made)
@@ -205,7 +219,8 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
                     f"{label} made here from the fp32 file has sha256 {got.oid}, the card promises {pointer.oid} ("
                     + ("; ".join(differences) if differences else "same CPU flags and libraries as the build")
                     + "); nothing was cached")
-            return cache.admit(made, pointer, move=True, verified=True), "derived from fp32", 0
+            return Found(cache.admit(made, pointer, move=True, verified=True), "derived from fp32", 0,
+                         tuple(fp32_result.skipped))
 
 
 def _deliver(result: FetchResult, dest: Path | None, filename: str | None = None) -> FetchResult:
@@ -241,10 +256,10 @@ def _fetch_opset(entry: Entry, opset: int, remotes, show_progress: bool, rate_li
     if opset in spec.extra_opsets:  # published: its pointer in the checkout names the bytes
         checkout = entry.dir / spec.extra_opsets[opset]
         pointer = read_pointer(checkout) or pointer_for(checkout)
-        path, source, resumed = _fetch_or_derive(entry, "fp32", opset, pointer, label, checkout, remotes,
-                                                 show_progress, rate_limit, build)
-        return FetchResult(entry.name, f"fp32-opset{opset}", path, pointer.size, pointer.oid, source, resumed,
-                           dict(spec.metrics))
+        found = _fetch_or_derive(entry, "fp32", opset, pointer, label, checkout, remotes, show_progress, rate_limit,
+                                 build)
+        return FetchResult(entry.name, f"fp32-opset{opset}", found.path, pointer.size, pointer.oid, found.source,
+                           found.resumed_from, dict(spec.metrics), list(found.skipped))
     fp32 = fetch(entry.name, "fp32", remotes=remotes, show_progress=show_progress, build=build).path
     from zoo.variants.opsets import Origin, reexport_checked  # lazy: torch + onnxruntime, only to make the file
 

@@ -18,8 +18,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import requests
+import urllib3
 from pydantic import BaseModel, Field, ValidationError
 
+from zoo.config import lfs_timeout
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
 from zoo.store.cache import check_file, lfs_objects, object_relpath
@@ -196,6 +198,11 @@ class FileRemote(Remote):
         return True
 
 
+def _timed_out(exc: requests.RequestException) -> bool:
+    """A connect or read timeout, also when requests reports a read timeout mid-stream as a ConnectionError."""
+    return isinstance(exc, requests.Timeout) or any(isinstance(a, urllib3.exceptions.ReadTimeoutError) for a in exc.args)
+
+
 class HttpRemote(Remote):
     """A Git LFS server reached through the Batch API (basic transfer adapter)."""
 
@@ -206,6 +213,7 @@ class HttpRemote(Remote):
         self.rate_limit = rate_limit  # bytes per second, None = unlimited
         self.session = requests.Session()
         self.session.headers["User-Agent"] = "zoo-fetch"
+        self.timeout = (lfs_timeout(), lfs_timeout())  # connect, and each read
 
     # -- transport with retries -------------------------------------------------------------
     def _request(self, method: str, url: str, body: Path | None = None, **kwargs) -> requests.Response:
@@ -214,8 +222,11 @@ class HttpRemote(Remote):
         for attempt in range(self.retries):
             try:
                 with open(body, "rb") if body else contextlib.nullcontext() as data:
-                    response = self.session.request(method, url, data=data, timeout=(10, 60), **kwargs)
+                    response = self.session.request(method, url, data=data, timeout=self.timeout, **kwargs)
             except requests.RequestException as exc:
+                if _timed_out(exc):  # a store that hangs is skipped at once: retries would multiply the wait
+                    raise RemoteError(f"{self.url}: timed out (no answer within {self.timeout[1]:g} s; "
+                                      "ZOO_LFS_TIMEOUT)") from None
                 last = _short(exc)
             else:
                 if response.status_code < 500 and response.status_code != 429:
@@ -274,6 +285,10 @@ class HttpRemote(Remote):
                 restarted = True
                 continue
             except (requests.RequestException, RemoteError) as exc:
+                if isinstance(exc, requests.RequestException) and _timed_out(exc):  # hung: skip this store now
+                    raise RemoteError(f"{self.url}: timed out (no bytes for {self.timeout[1]:g} s; ZOO_LFS_TIMEOUT); "
+                                      f"{part.stat().st_size if part.exists() else 0} bytes kept, the next fetch "
+                                      "resumes") from None
                 last = _short(exc)
             if attempt + 1 < self.retries:
                 time.sleep(self.backoff * 2**attempt)
@@ -289,7 +304,7 @@ class HttpRemote(Remote):
             offset = 0  # a full-size leftover failed verification before: start again
         if offset:
             headers["Range"] = f"bytes={offset}-"
-        with self.session.get(action.href, headers=headers, stream=True, timeout=(10, 60)) as response:
+        with self.session.get(action.href, headers=headers, stream=True, timeout=self.timeout) as response:
             if response.status_code >= 500 or response.status_code == 429:
                 raise RemoteError(f"HTTP {response.status_code}")
             if response.status_code >= 400:
@@ -325,7 +340,7 @@ class HttpRemote(Remote):
         if action is None:
             raise RemoteError(f"{self.url}: says it holds {pointer.oid} for upload but not for download")
         digest, size = hashlib.sha256(), 0
-        with self.session.get(action.href, headers=dict(action.header), stream=True, timeout=(10, 60)) as response:
+        with self.session.get(action.href, headers=dict(action.header), stream=True, timeout=self.timeout) as response:
             if response.status_code >= 400:
                 raise RemoteError(f"{self.url}: reading back {pointer.oid} failed: HTTP {response.status_code}")
             for chunk in response.iter_content(CHUNK):

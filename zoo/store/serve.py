@@ -10,7 +10,9 @@ Single points of failure killed the ONNX Model Zoo (LFS bandwidth quotas); anyon
 - **What is stored**: `VerifiedLocalStorage` writes an upload to a temporary file, hashes it and makes it visible
   (an atomic rename) only when its sha256 is its object id and it fits the size limit; anything else is refused with
   422/413 and leaves nothing in storage. Objects lie in git-lfs's layout (`lfs/objects/ab/cd/<oid>`, named by their
-  id alone, never by a request's path), so `zoo serve --storage store` serves the repository's store as it is.
+  id alone, never by a request's path), so `zoo serve --storage store` serves the repository's store as it is. A
+  link in the storage is followed only to a file inside it (`servable`): neither the batch API nor a download offers
+  what lies outside.
 - **Limits**: a maximum object size (batch requests announcing a larger object, and larger uploads, are refused) and
   a maximum batch request body.
 - **Request log**: one line per request — Common Log Format plus the object id, bytes received and the duration.
@@ -36,6 +38,7 @@ import jwt
 import waitress
 import yaml
 from giftless.app import init_app
+from giftless.storage import exc as giftless_errors
 from giftless.storage.local_storage import LocalStorage
 from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity
 from werkzeug.wrappers import Request, Response
@@ -69,6 +72,15 @@ class VerifiedLocalStorage(LocalStorage):
         serves it as it is), and no part of a request's path ever becomes part of a file's path."""
         return object_path(Path(self.path), oid)
 
+    def exists(self, prefix: str, oid: str) -> bool:
+        return servable(Path(self.path), self._get_path(prefix, oid))
+
+    def get(self, prefix: str, oid: str):
+        path = self._get_path(prefix, oid)
+        if not servable(Path(self.path), path):
+            raise giftless_errors.ObjectNotFoundError(f"object {oid} was not found")
+        return path.open("rb")
+
     def put(self, prefix: str, oid: str, data_stream) -> int:
         path = self._get_path(prefix, oid)
         self._create_path(str(path.parent))
@@ -99,6 +111,12 @@ def object_path(storage: Path, oid: str) -> Path:
     if not _OID.match(oid):
         raise UnprocessableEntity(f"'{oid[:80]}' is not a sha256 object id (64 lowercase hex digits)")
     return lfs_objects(storage) / object_relpath(oid)
+
+
+def servable(storage: Path, path: Path) -> bool:
+    """An object file to serve: a regular file reached without leaving the storage folder (a link in the storage is
+    followed only to a file inside it)."""
+    return path.is_file() and path.resolve().is_relative_to(storage.resolve())
 
 
 def _json_error(status: int, message: str):
@@ -154,7 +172,7 @@ class RangeDownloads:
             return self.app(environ, start_response)
 
         path = object_path(self.storage, match["oid"])
-        if path.is_symlink() or not path.is_file():
+        if not servable(self.storage, path):  # giftless answers 404
             return self.app(environ, start_response)
         request = Request(environ)
         response = Response(wrap_file(environ, open(path, "rb"), buffer_size=1 << 20),

@@ -14,11 +14,6 @@ from __future__ import annotations
 from zoo.errors import ZooError
 from zoo.train.parallel.base import Strategy
 from zoo.train.parallel.ddp import DDPStrategy
-from zoo.train.parallel.deepspeed import DeepSpeedPipelineStrategy, ZeroStrategy
-from zoo.train.parallel.fsdp import FSDPStrategy
-from zoo.train.parallel.horovod import HorovodStrategy
-from zoo.train.parallel.pipeline import PipelineStrategy
-from zoo.train.parallel.tensor import TensorParallelStrategy
 
 # Which launcher implements which strategies, and its default when the recipe names another.
 LAUNCHERS: dict[str, tuple[str, ...]] = {
@@ -50,22 +45,38 @@ def qat_strategy(strategy: Strategy) -> Strategy:
     return strategy.for_qat() or DDPStrategy(strategy.ctx, strategy.recipe, strategy.build_model)
 
 
+def _strategy_class(name: str) -> type[Strategy]:
+    """A rank imports only its own strategy's module: DTensor, pipelining and DeepSpeed cost ~2 s of CPU to import,
+    in every rank of every run that does not use them."""
+    if name == "ddp":
+        return DDPStrategy
+    if name == "fsdp":
+        from zoo.train.parallel.fsdp import FSDPStrategy  # lazy: FSDP2 ranks only
+        return FSDPStrategy
+    if name in ("tp", "dp-tp"):
+        from zoo.train.parallel.tensor import TensorParallelStrategy  # lazy: DTensor, tensor-parallel ranks only
+        return TensorParallelStrategy
+    if name in ("pp", "pp-dp"):
+        from zoo.train.parallel.pipeline import PipelineStrategy  # lazy: torch.distributed.pipelining ranks only
+        return PipelineStrategy
+    if name in ("zero1", "zero2", "zero3"):
+        from zoo.train.parallel.deepspeed import ZeroStrategy  # lazy: DeepSpeed ranks only
+        return ZeroStrategy
+    if name == "ds-pp":
+        from zoo.train.parallel.deepspeed import DeepSpeedPipelineStrategy  # lazy: DeepSpeed ranks only
+        return DeepSpeedPipelineStrategy
+    if name == "horovod":
+        from zoo.train.parallel.horovod import HorovodStrategy  # lazy: Horovod ranks only
+        return HorovodStrategy
+    raise ZooError(f"unknown parallelism strategy '{name}'")
+
+
 def make_strategy(name: str, ctx, recipe, build_model) -> Strategy:
     """`build_model()` returns a fresh plain model (used to gather sharded weights for export)."""
-    makers = {
-        "ddp": lambda: DDPStrategy(ctx, recipe, build_model),
-        "fsdp": lambda: FSDPStrategy(ctx, recipe, build_model),
-        "tp": lambda: TensorParallelStrategy(ctx, recipe, build_model, two_d=False),
-        "dp-tp": lambda: TensorParallelStrategy(ctx, recipe, build_model, two_d=True),
-        "pp": lambda: PipelineStrategy(ctx, recipe, build_model, two_d=False),
-        "pp-dp": lambda: PipelineStrategy(ctx, recipe, build_model, two_d=True),
-        **{f"zero{stage}": (lambda stage=stage: ZeroStrategy(ctx, recipe, build_model, stage=stage)) for stage in (1, 2, 3)},
-        "ds-pp": lambda: DeepSpeedPipelineStrategy(ctx, recipe, build_model),
-        "horovod": lambda: HorovodStrategy(ctx, recipe, build_model),
-    }
-    if name not in makers:
-        raise ZooError(f"unknown parallelism strategy '{name}'")
-    return makers[name]()
+    cls = _strategy_class(name)
+    options = {"tp": {"two_d": False}, "dp-tp": {"two_d": True}, "pp": {"two_d": False}, "pp-dp": {"two_d": True},
+               **{f"zero{stage}": {"stage": stage} for stage in (1, 2, 3)}}
+    return cls(ctx, recipe, build_model, **options.get(name, {}))
 
 
 __all__ = ["LAUNCHERS", "DEFAULTS", "Strategy", "make_strategy", "qat_strategy", "strategy_for", "launcher_of"]
