@@ -23,7 +23,8 @@ from zoo.store.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
-from zoo.store.serve import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_OBJECT, exposure_warning, load_secret
+from zoo.store.serve import (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_HEAD, DEFAULT_MAX_OBJECT,
+                             ServeLimits, exposure_warning, load_secret)
 from zoo.store.serve import issue_token as issue_token_for
 from zoo.store.serve import serve as run_server
 from zoo.variants import KINDS, kind_of
@@ -499,6 +500,9 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
           subject: str = typer.Option("publisher", help="Who an issued token is for (shown in the request log)."),
           max_object_size: int = typer.Option(DEFAULT_MAX_OBJECT, help="Largest object accepted, bytes."),
           max_batch_body: int = typer.Option(DEFAULT_MAX_BATCH_BODY, help="Largest batch request body, bytes."),
+          max_head: int = typer.Option(DEFAULT_MAX_HEAD, help="Largest request line and headers, bytes."),
+          body_timeout: int = typer.Option(DEFAULT_BODY_TIMEOUT, help="Seconds a client may send nothing of an "
+                                                                       "unfinished request before it is closed."),
           access_log: str = typer.Option("-", help="Request log: a file, or - for standard error."),
           no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
     """Serve an LFS mirror with giftless: anonymous read, uploads with a token (`--issue-token` mints one)."""
@@ -512,6 +516,7 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
         return
     if storage is None:
         raise ZooError("--storage FOLDER is required to serve (the folder objects are kept in)")
+    limits = ServeLimits(max_object_size, max_batch_body, max_head, body_timeout)
     warning = exposure_warning(host, anonymous_writes)
     if warning:
         err.print(warning)
@@ -519,8 +524,7 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
         "anonymous read, uploads with a token" if secret else "read-only (no secret: uploads are refused)")
     err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs ({mode})")
     run_server(storage, host, port, ranges=not no_ranges, secret=secret, anonymous_writes=anonymous_writes,
-               max_object_size=max_object_size, max_batch_body=max_batch_body,
-               access_log=None if access_log == "" else access_log)
+               limits=limits, access_log=None if access_log == "" else access_log)
 
 
 class _Watched:

@@ -13,8 +13,11 @@ Single points of failure killed the ONNX Model Zoo (LFS bandwidth quotas); anyon
   id alone, never by a request's path), so `zoo serve --storage store` serves the repository's store as it is. A
   link in the storage is followed only to a file inside it (`servable`): neither the batch API nor a download offers
   what lies outside.
-- **Limits**: a maximum object size (batch requests announcing a larger object, and larger uploads, are refused) and
-  a maximum batch request body.
+- **Limits** (`ServeLimits`, one set, each a `zoo serve` option): the largest object (batch requests announcing a
+  larger one are refused with 422; a larger upload with 413 when its Content-Length says so, before a byte is read,
+  and as soon as a chunked body passes it), the largest batch request body, the largest request head, and how long a
+  client may leave a request body unfinished. Every refusal is a JSON LFS error (`{"message": ...}`), also those
+  waitress makes itself.
 - **Request log**: one line per request — Common Log Format plus the object id, bytes received and the duration.
 - **Ranges**: giftless streams objects without HTTP Range support, so a small WSGI middleware answers downloads
   (ranged or whole) from the same storage in 1 MiB blocks (what nginx would do in front of it).
@@ -32,14 +35,17 @@ import secrets
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
-import waitress
 import yaml
 from giftless.app import init_app
 from giftless.storage import exc as giftless_errors
 from giftless.storage.local_storage import LocalStorage
+from waitress.channel import HTTPChannel
+from waitress.server import create_server
+from waitress.task import ErrorTask
 from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import wrap_file
@@ -54,9 +60,52 @@ _OID = re.compile(SHA256_PATTERN)
 MIN_SECRET_LENGTH = 32
 DEFAULT_MAX_OBJECT = 2 * 2**30  # 2 GiB: the largest zoo files are a few hundred MiB
 DEFAULT_MAX_BATCH_BODY = 2**20  # 1 MiB: ~10,000 objects per batch request
+DEFAULT_MAX_HEAD = 64 * 2**10  # request line and headers (a token is ~300 bytes)
+DEFAULT_BODY_TIMEOUT = 30  # seconds without a byte of an unfinished request before the connection is closed
 ACTION_LIFETIME = 600  # seconds a pre-authorized upload/download link stays valid
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What `zoo serve` accepts; the middleware (JSON errors) and waitress (bodies, heads, slow clients) enforce the
+    same numbers."""
+
+    max_object_size: int = DEFAULT_MAX_OBJECT
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY
+    max_head: int = DEFAULT_MAX_HEAD
+    body_timeout: int = DEFAULT_BODY_TIMEOUT
+
+    def __post_init__(self):
+        for name in ("max_object_size", "max_batch_body", "max_head", "body_timeout"):
+            if getattr(self, name) <= 0:
+                raise ZooError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be a positive number")
+
+    def waitress(self) -> dict:
+        # waitress reads a whole body before the application sees it: it must refuse a larger one itself (it refuses
+        # a body of max_request_body_size bytes or more, hence + 1).
+        return {"max_request_body_size": max(self.max_object_size, self.max_batch_body) + 1,
+                "max_request_header_size": self.max_head, "channel_timeout": self.body_timeout,
+                "cleanup_interval": max(1, min(30, self.body_timeout // 2))}  # how often waitress looks for them
+
+
+class _JsonErrorTask(ErrorTask):
+    """waitress's own refusals (a body or head over the limit, a malformed request) as the JSON error body git-lfs
+    shows its user, instead of waitress's plain text."""
+
+    def execute(self):
+        error = self.request.error
+        body = json.dumps({"message": f"{error.reason}: {error.body}"}).encode()
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/vnd.git-lfs+json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+class _JsonErrorChannel(HTTPChannel):
+    error_task_class = _JsonErrorTask
 
 
 class VerifiedLocalStorage(LocalStorage):
@@ -128,7 +177,7 @@ class Limits:
     (413, before reading them), with the LFS error body git-lfs shows its user."""
 
     def __init__(self, app, max_object_size: int = DEFAULT_MAX_OBJECT, max_batch_body: int = DEFAULT_MAX_BATCH_BODY):
-        self.app, self.max_object_size, self.max_batch_body = app, max_object_size, max_batch_body
+        self.app, self.max_object_size, self.max_batch_body = app, max_object_size, max_batch_body  # ServeLimits
 
     def __call__(self, environ, start_response):
         method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
@@ -185,8 +234,8 @@ class AccessLog:
     """One line per request: Common Log Format (client, token subject, time, request line, status, bytes sent), then
     `in=<bytes received> oid=<object id or -> <seconds>s`."""
 
-    def __init__(self, app, destination: str = "-"):
-        self.app = app
+    def __init__(self, app, destination: str = "-", secret: str | None = None):
+        self.app, self.secret = app, secret  # the secret verifies a token before its subject is logged
         self.log = logging.getLogger(f"zoo.serve.access.{id(self)}")
         self.log.propagate = False
         self.log.setLevel(logging.INFO)
@@ -215,7 +264,7 @@ class AccessLog:
             query = re.sub(r"(jwt=)[^&]*", r"\1<redacted>", environ.get("QUERY_STRING", ""))
             query = f"?{query}" if query else ""
             when = time.strftime("%d/%b/%Y:%H:%M:%S %z")
-            self.log.info(f'{_client(environ)} - {_subject(environ)} [{when}] '
+            self.log.info(f'{_client(environ)} - {_subject(environ, self.secret)} [{when}] '
                           f'"{environ.get("REQUEST_METHOD")} {path}{query} {environ.get("SERVER_PROTOCOL", "HTTP/1.1")}" '
                           f'{status[0]} {sent[0]} in={environ.get("CONTENT_LENGTH") or 0} '
                           f'oid={match["oid"] if match else "-"} {time.perf_counter() - started:.3f}s')
@@ -230,13 +279,16 @@ def _client(environ) -> str:
     return peer
 
 
-def _subject(environ) -> str:
-    """The `sub` claim of a bearer token, for the log only (giftless verifies tokens; a bad one is logged as 401)."""
+def _subject(environ, secret: str | None) -> str:
+    """Who the request's bearer token says it is for, only when the token verifies against the server's secret
+    (HS256, unexpired): anything else is logged as `invalid-token`, never as the name it claims."""
     header = environ.get("HTTP_AUTHORIZATION", "")
     if not header.lower().startswith("bearer "):
         return "-"
+    if not secret:
+        return "invalid-token"
     try:
-        claims = jwt.decode(header[7:], options={"verify_signature": False})
+        claims = jwt.decode(header[7:], secret, algorithms=["HS256"])
     except jwt.PyJWTError:
         return "invalid-token"
     return re.sub(r"[^\w.@-]", "_", str(claims.get("sub", "token")))[:64] or "token"
@@ -275,8 +327,7 @@ def issue_token(secret: str, expires_in: int, subject: str = "publisher") -> str
 
 
 def giftless_config(storage: Path, secret: str | None, anonymous_writes: bool = False, ranges: bool = True,
-                    max_object_size: int = DEFAULT_MAX_OBJECT, max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
-                    access_log: str | None = "-") -> dict:
+                    limits: ServeLimits = ServeLimits(), access_log: str | None = "-") -> dict:
     # Action links are signed with the operator's secret, or (no secret) a key of this process only: never with
     # giftless's built-in "change-me", which would let anyone forge an upload link.
     signing_key = secret or secrets.token_hex(32)
@@ -285,11 +336,11 @@ def giftless_config(storage: Path, secret: str | None, anonymous_writes: bool = 
           if secret else []),
         "giftless.auth.allow_anon:read_only"]
     middleware = [{"class": "zoo.store.serve:Limits",
-                   "kwargs": {"max_object_size": max_object_size, "max_batch_body": max_batch_body}}]
+                   "kwargs": {"max_object_size": limits.max_object_size, "max_batch_body": limits.max_batch_body}}]
     if ranges:
         middleware.append({"class": "zoo.store.serve:RangeDownloads", "kwargs": {"storage_path": str(storage)}})
     if access_log is not None:
-        middleware.append({"class": "zoo.store.serve:AccessLog", "kwargs": {"destination": access_log}})
+        middleware.append({"class": "zoo.store.serve:AccessLog", "kwargs": {"destination": access_log, "secret": secret}})
     return {
         "LEGACY_ENDPOINTS": False,
         "AUTH_PROVIDERS": providers,
@@ -302,7 +353,7 @@ def giftless_config(storage: Path, secret: str | None, anonymous_writes: bool = 
             "basic": {
                 "factory": "giftless.transfer.basic_streaming:factory",
                 "options": {"storage_class": "zoo.store.serve:VerifiedLocalStorage",
-                            "storage_options": {"path": str(storage), "max_object_size": max_object_size}},
+                            "storage_options": {"path": str(storage), "max_object_size": limits.max_object_size}},
             }
         },
         "MIDDLEWARE": middleware,
@@ -310,12 +361,11 @@ def giftless_config(storage: Path, secret: str | None, anonymous_writes: bool = 
 
 
 def serve(storage: Path, host: str = "127.0.0.1", port: int = 8080, ranges: bool = True, secret: str | None = None,
-          anonymous_writes: bool = False, max_object_size: int = DEFAULT_MAX_OBJECT,
-          max_batch_body: int = DEFAULT_MAX_BATCH_BODY, access_log: str | None = "-") -> None:
+          anonymous_writes: bool = False, limits: ServeLimits = ServeLimits(), access_log: str | None = "-") -> None:
     """Run the server in this process (blocks)."""
     storage = storage.resolve()
     storage.mkdir(parents=True, exist_ok=True)
-    config = giftless_config(storage, secret, anonymous_writes, ranges, max_object_size, max_batch_body, access_log)
+    config = giftless_config(storage, secret, anonymous_writes, ranges, limits, access_log)
     fd, config_file = tempfile.mkstemp(prefix="giftless-", suffix=".yaml")
     with os.fdopen(fd, "w") as f:
         os.fchmod(f.fileno(), 0o600)  # it holds the secret
@@ -325,4 +375,6 @@ def serve(storage: Path, host: str = "127.0.0.1", port: int = 8080, ranges: bool
         app = init_app()
     finally:
         os.unlink(config_file)  # read once by init_app
-    waitress.serve(app, host=host, port=port, threads=8, _quiet=True)
+    server = create_server(app, host=host, port=port, threads=8, **limits.waitress())
+    server.channel_class = _JsonErrorChannel  # waitress's own refusals as JSON LFS errors
+    server.run()
