@@ -67,7 +67,7 @@ def _refuse_broken_entries(names: list[str]) -> None:
 
 def build_paths(names: list[str]) -> list[Path]:
     """What building `names` writes in the checkout: their entry folders and the generated catalog files."""
-    return [entries_dir() / n for n in names] + [catalog.manifest_path(), catalog.README]
+    return [entries_dir() / n for n in names] + catalog.generated_paths()
 
 
 def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tuple[str, ...] = (),

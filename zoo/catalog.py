@@ -150,6 +150,12 @@ def manifest_path(root: Path | None = None) -> Path:
     return (root or entries_dir()) / MANIFEST_FILE
 
 
+def generated_paths() -> list[Path]:
+    """The checkout's files generated from the cards (a build and a publish may leave them changed): the manifest
+    and the README with its catalog table."""
+    return [manifest_path(), README]
+
+
 def write_manifest(root: Path | None = None) -> Path:
     """Regenerate MANIFEST.json from the cards (after a build, describe or `zoo manifest`), and for the project's
     own catalog the README's size table."""

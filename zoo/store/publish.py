@@ -22,7 +22,7 @@ from pathlib import Path
 
 import tempfile
 
-from zoo.catalog import Entry, entries, get_entry, manifest_path, store_objects
+from zoo.catalog import Entry, entries, generated_paths, get_entry, store_objects
 from zoo.config import REPO_ROOT, REPO_STORE
 from zoo.errors import IntegrityError, RemoteError, ZooError
 from zoo.fsutil import atomic_write_text, contained
@@ -108,7 +108,7 @@ def _is_repo_store(to: str) -> bool:
 def _check_publishable(entry: Entry) -> None:
     """The repository's store takes the bytes a build of the checked-out commit wrote, and nothing else: the card
     must record HEAD as its clean build commit, and the tree may differ from HEAD only in what builds of HEAD and the
-    publishing write (the folders of the entries built at HEAD, the manifest generated from the cards, the store)."""
+    publishing write (the folders of the entries built at HEAD, the files generated from the cards, the store)."""
     state = tree_state()
     if state.commit is None:
         raise ZooError(f"{REPO_ROOT} is not a git checkout: the repository's store is published by a commit")
@@ -120,7 +120,7 @@ def _check_publishable(entry: Entry) -> None:
         raise ZooError(f"{entry.name}'s card was built at {t.git_commit[:12]}, the checkout is at {state.commit[:12]}: "
                        f"publish from the commit it was built at, or rebuild (`zoo build {entry.name}`) here")
     built_here = [e.dir.resolve() for e in entries().values() if e.card.training.git_commit == state.commit]
-    stray = state.outside([*built_here, REPO_STORE.resolve(), manifest_path().resolve()])
+    stray = state.outside([*built_here, REPO_STORE.resolve(), *(p.resolve() for p in generated_paths())])
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise ZooError(f"uncommitted changes outside the entries built at {state.commit[:12]} and the store ({shown}): "

@@ -179,7 +179,8 @@ class FileRemote(Remote):
         part.unlink(missing_ok=True)
         done = 0
         with open(source.resolve(), "rb", buffering=0) as src, open(part, "wb") as out, HashingWriter(out) as sink:
-            while chunk := src.read(4 * CHUNK):
+            # Never more than one byte past the expected size, even if the file grows after stored() looked.
+            while done <= pointer.size and (chunk := src.read(min(4 * CHUNK, pointer.size + 1 - done))):
                 sink.write(chunk)
                 done += len(chunk)
                 progress(done)
