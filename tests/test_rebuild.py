@@ -113,3 +113,59 @@ def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store, whole_machine
     code, again, stderr = finish(fetch(env, "--no-build"), timeout=120)
     assert code == 0 and again["path"] == result["path"] and again["source"] == result["source"]
     assert "running `torchrun" not in stderr
+
+
+def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whole_machine):
+    """In a clone: a tiny imported entry (its upstream checkpoint in the local Hugging Face hub cache, as `make setup`
+    installs minilm-l6's) built at a clean commit, its files then only pointers and no store anywhere: `zoo fetch
+    --build` converts the checkpoint with the card commit's code, fine-tunes it, and returns the card's bytes."""
+    import yaml
+
+    from tests.test_families import _in_hub_cache
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    git = lambda *args: subprocess.run(["git", *args], cwd=clone, check=True, capture_output=True)  # noqa: E731
+    git("config", "user.name", "test")
+    git("config", "user.email", "test@127.0.0.1")
+    _in_hub_cache(tmp_path / "hub", "zoo-test/tiny-bert")
+    recipe = yaml.safe_load((clone / "recipes" / "minilm-l6.yaml").read_text())
+    recipe.update(name="tiny-import", steps=8, model_args={"num_hidden_layers": 2, "hidden_size": 64,
+                  "num_attention_heads": 2, "intermediate_size": 128, "pooling": "mean"}, tracking={"enabled": False})
+    recipe.pop("epochs")
+    recipe["quantization"]["qat_steps"] = 3
+    recipe["export"].update(opsets=[17], variants=["fp32", "int8-qat"])
+    (clone / "recipes" / "tiny-import.yaml").write_text(yaml.safe_dump(recipe))
+    folder = clone / "zoo" / "entries" / "tiny-import"
+    folder.mkdir()
+    (folder / "card.yaml").write_text(yaml.safe_dump({
+        "name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
+        "description": "imported in a test", "license": "Apache-2.0", "trainable": ["classifier.*"],
+        "training": {"recipe": "tiny-import", "imported_from": "a random tiny BertModel",
+                     "import_source": "hf:zoo-test/tiny-bert"}}))
+    git("add", "-A")
+    git("commit", "-qm", "tiny-import")
+    env = {**os.environ, "PYTHONPATH": str(clone), "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "",
+           "ZOO_STORE": "", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    for key in ("ZOO_ENTRIES", "ZOO_BUILD_ON_MISS", "ZOO_TEST_FAULT"):
+        env.pop(key, None)
+
+    def zoo(*args: str, home: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "zoo.cli", *args], cwd=clone, capture_output=True, text=True,
+                              env={**env, "ZOO_HOME": str(tmp_path / home)}, timeout=900)
+
+    built = zoo("build", "tiny-import", home="home")
+    assert built.returncode == 0, built.stderr[-3000:]
+    card = yaml.safe_load((folder / "card.yaml").read_text())
+    assert card["training"]["reproducible"] and card["training"]["command"].startswith("zoo import tiny-import")
+    for key in ("fp32", "int8-qat"):  # the checkout keeps pointers only, as after publishing elsewhere
+        path = folder / card["variants"][key]["file"]
+        path.write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{card['variants'][key]['sha256']}\n"
+                        f"size {card['variants'][key]['size']}\n")
+    refused = zoo("fetch", "tiny-import", "--no-build", home="empty")
+    assert refused.returncode == 1 and "convert hf:zoo-test/tiny-bert, then" in refused.stderr, refused.stderr
+    fetched = zoo("fetch", "tiny-import", "--build", "--json", home="empty")
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    result = json.loads(fetched.stdout)
+    assert result["sha256"] == card["variants"]["fp32"]["sha256"], result  # this machine, this commit: same bytes
+    assert "built from its recipe" in result["source"] and "init_from=" in fetched.stderr

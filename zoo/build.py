@@ -29,7 +29,7 @@ from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text
 from zoo.importer import convert, read_checkpoint, resolve_source
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
-from zoo.recipes import load_recipe
+from zoo.recipes import entry_training_command, load_recipe
 from zoo.store.fetch import fetch
 from zoo.store.pointer import read_pointer
 from zoo.train.summary import RunSummary
@@ -38,11 +38,6 @@ from zoo.variants.make import make_variant, spec_for
 from zoo.variants.opsets import Origin, opset_range
 
 TEST_DATA_EXAMPLES = 16
-
-
-def train_command(recipe: str, architecture: str, nproc: int) -> list[str]:
-    return ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "launchers/ddp.py", "--recipe", recipe,
-            "--model", architecture]
 
 
 def _raw_card(name: str) -> tuple[Path, dict]:
@@ -91,10 +86,11 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tup
                                 allow_dirty=allow_dirty, writes=writes)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
     trainable = raw.get("trainable")
-    if trainable and trainable != ["*"]:  # the card's on-device split, recorded in the fp32 file's metadata
-        overrides = (*overrides, f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
-    load_recipe(recipe, list(overrides), model=architecture)  # a bad recipe fails here, once, not in every worker
-    command = [*train_command(recipe, architecture, nproc), *overrides]
+    init_from = next((o.split("=", 1)[1] for o in overrides if o.startswith("init_from=")), None)
+    command = [*entry_training_command(recipe, architecture, nproc, trainable, init_from),
+               *(o for o in overrides if not o.startswith("init_from="))]
+    # A bad recipe fails here, once, not in every worker.
+    load_recipe(recipe, command[command.index("--model") + 2:], model=architecture)
     env = build_environment(threads, commit)
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
@@ -220,7 +216,7 @@ def describe(name: str) -> Path:
     card_path, raw = _raw_card(name)
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     raw.update(_static_fields(recipe.model, recipe.model_args, recipe.dataset))
-    raw["training"] = {**raw["training"], "command": " ".join(train_command(recipe.name, raw["architecture"], 8)),
+    raw["training"] = {**raw["training"], "command": " ".join(entry_training_command(recipe.name, raw["architecture"], 8)),
                        "seed": recipe.seed}
     variants = raw.get("variants") or {}
     for key in recipe.export.variants:

@@ -199,3 +199,18 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None, **fields:
         if value is not None:
             _set_dotted(data, key, value, str(path))
     return validate_file_data(Recipe, data, str(path))
+
+
+def entry_training_command(recipe: str, architecture: str, nproc: int = 2, trainable: list[str] | None = None,
+                           init_from: str | None = None) -> list[str]:
+    """The torchrun command `zoo build` runs for an entry (and `zoo fetch --build` runs again at the card's commit):
+    the ddp launcher, the card's recipe and architecture, its on-device split (`export.trainable`, recorded in the fp32
+    file's metadata) and, for an imported entry, the converted upstream weights it starts from (`init_from`)."""
+    command = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "launchers/ddp.py", "--recipe", recipe,
+               "--model", architecture]
+    if init_from is not None:
+        command.append(f"init_from={init_from}")
+    if trainable and trainable != ["*"]:
+        command.append(f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
+    return command
+

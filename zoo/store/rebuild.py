@@ -37,6 +37,7 @@ from zoo.config import zoo_home
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.fsutil import atomic_copy, atomic_write_text
 from zoo.provenance import build_environment, cpu_info, machine_differences
+from zoo.recipes import entry_training_command
 from zoo.reproduce import card_worktree, require_card_commit
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, sha256_file
@@ -60,17 +61,27 @@ def policy(allow: bool | None) -> str:
     return value
 
 
-def training_command(card: ModelCard) -> list[str] | None:
-    """The card's training command when it is a plain `torchrun launchers/…` run (None: an import, not rebuildable
-    from the recipe alone)."""
-    command = shlex.split(card.training.command or "")
+IMPORTED_WEIGHTS = "<the converted upstream checkpoint>"
+
+
+def training_command(card: ModelCard, init_from: str = IMPORTED_WEIGHTS) -> list[str] | None:
+    """The torchrun command that makes the card's training files: the card's own when it is a plain `torchrun
+    launchers/…` run; for an imported entry whose upstream checkpoint the card names (`import_source`), the command
+    `zoo import` ran after converting that checkpoint (`init_from`: where the conversion wrote it). None: nothing
+    to run (an import from a checkpoint only its maintainer has)."""
+    t = card.training
+    command = shlex.split(t.command or "")
+    if command[:2] == ["zoo", "import"]:
+        if not (t.import_source and t.recipe):
+            return None
+        return entry_training_command(t.recipe, card.architecture, 2, card.trainable, init_from)
     if not command or command[0] != "torchrun" or not any(a.startswith("launchers/") for a in command):
         return None
     return command
 
 
 def buildable(card: ModelCard) -> bool:
-    """`zoo fetch --build` can make this card's training files: a clean recorded commit and a torchrun command."""
+    """`zoo fetch --build` can make this card's training files: a clean recorded commit and a command to run."""
     t = card.training
     return bool(t.git_commit) and t.reproducible is not False and training_command(card) is not None
 
@@ -86,7 +97,8 @@ def build_took(training) -> str:
 def plan(entry: Entry) -> str:
     """What a build on a miss would do, and how long the card says it took."""
     t = entry.card.training
-    return f"at commit {t.git_commit[:12]}: `{t.command}` in a git worktree; {build_took(t)}"
+    convert = f"convert {t.import_source}, then " if t.import_source and t.imported_from else ""
+    return f"at commit {t.git_commit[:12]}: {convert}`{t.command}` in a git worktree; {build_took(t)}"
 
 
 @dataclass
@@ -174,7 +186,6 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
             return out
         except (OSError, ValueError):  # unreadable or incomplete: run again
             pass
-    command = training_command(entry.card)
     env = build_environment(t.threads or 1, commit)
     if faults.armed("build-cpu") is not None:
         env |= OLD_CPU_KERNELS
@@ -184,12 +195,27 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
     with card_worktree(commit, folder / "src") as worktree:
         env["PYTHONPATH"] = str(worktree)
         env.pop("ZOO_ENTRIES", None)  # the recipe and model come from the commit's own tree
+        command = training_command(entry.card, _convert(entry, worktree, env) if t.import_source else IMPORTED_WEIGHTS)
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out), "--resume"]
         done = subprocess.run(full, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
     if done.returncode != 0:
         raise ZooError(f"building '{entry.name}' from its recipe failed (exit {done.returncode}, output above); "
                        f"its checkpoints stay in {out}: fetch again to resume")
     return out
+
+
+def _convert(entry: Entry, worktree: Path, env: dict) -> str:
+    """An imported entry's first step, by the commit's own code: its upstream checkpoint (installed by `make setup`)
+    converted and parity-checked (zoo.importer); returns where the weights were written."""
+    script = ("import sys\nfrom zoo.importer import convert, resolve_source\n"
+              "print(convert(resolve_source(sys.argv[1]).resolve(), sys.argv[2])[0])")
+    done = subprocess.run([sys.executable, "-c", script, entry.card.training.import_source, entry.name], cwd=worktree,
+                          env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or ["(no output)"])[-1].removeprefix("zoo.errors.ZooError: ")
+        raise ZooError(f"building '{entry.name}': its upstream checkpoint {entry.card.training.import_source} could "
+                       f"not be converted: {error}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log) -> tuple[Path, str]:
