@@ -152,8 +152,13 @@ class Recipe(Strict):
         return self
 
     def digest(self) -> str:
-        """sha256 of the resolved recipe (after overrides): what exported files record."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        """sha256 of the resolved recipe (after overrides): what exported files record. Starting weights
+        (`init_from`) count by their content, not by where this machine keeps them, so a rebuild elsewhere (another
+        $ZOO_HOME) of the same recipe from the same weights records the same digest."""
+        data = self.model_dump(mode="json")
+        if self.init_from and Path(self.init_from).is_file():
+            data["init_from"] = "sha256:" + hashlib.sha256(Path(self.init_from).read_bytes()).hexdigest()
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def recipe_path(name_or_path: str) -> Path:
