@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from zoo.config import zoo_home
 from zoo.data import load_dataset
 from zoo.errors import ZooError
 from zoo.evaluate import predict
+from zoo.fsutil import atomic_write_bytes
 from zoo.export import export_fp32
 from zoo.models.bert import BertConfig, BertModel
 
@@ -61,11 +62,11 @@ def convert(folder: Path, name: str) -> tuple[Path, dict, dict]:
                        f"unexpected {result.unexpected_keys[:5]}")
     parity = check_parity(folder, model)
     out = zoo_home() / "imports" / name / "weights.pt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    os.close(fd)
-    torch.save({f"bert.{k}": v for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, out)
+    # Saved through a buffer: torch names the archive's folder after the file it writes to, and a temporary name
+    # would make each conversion's bytes (and the recipe digest that counts them, Recipe.digest) differ.
+    buffer = io.BytesIO()
+    torch.save({f"bert.{k}": v for k, v in model.state_dict().items()}, buffer)
+    atomic_write_bytes(out, buffer.getvalue())
     return out, config, parity
 
 
