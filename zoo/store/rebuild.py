@@ -190,12 +190,12 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
     if faults.armed("build-cpu") is not None:
         env |= OLD_CPU_KERNELS
     resuming = (out / "checkpoints").is_dir()
-    log(f"[{entry.name}] {'resuming' if resuming else 'running'} `{t.command}` at {commit[:12]} "
-        f"(run folder {out})")
     with card_worktree(commit, folder / "src") as worktree:
         env["PYTHONPATH"] = str(worktree)
         env.pop("ZOO_ENTRIES", None)  # the recipe and model come from the commit's own tree
         command = training_command(entry.card, _convert(entry, worktree, env) if t.import_source else IMPORTED_WEIGHTS)
+        log(f"[{entry.name}] {'resuming' if resuming else 'running'} `{shlex.join(command)}` at {commit[:12]} "
+            f"(run folder {out})")
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out), "--resume"]
         done = subprocess.run(full, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
     if done.returncode != 0:
