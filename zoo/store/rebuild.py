@@ -1,6 +1,7 @@
 """The recipe as the last mirror: when no store has a file the training run makes (fp32, int8-qat), `zoo fetch` can
 run the card's training command at the card's recorded commit (a git worktree, like `zoo reproduce`) and verify the
-result like a download.
+result like a download. An imported entry whose card names an installed upstream checkpoint (`import_source`) first
+has that checkpoint converted by the commit's own code, then runs the command `zoo import` ran (`init_from`).
 
 - Same sha256 as the card: admitted to the cache as that object, indistinguishable from a download (and every other
   file of the run that matches its card sha256 with it, so the int8 file of the same run is not built again).
