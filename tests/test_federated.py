@@ -92,6 +92,8 @@ def test_the_launcher_resumes_after_the_server_dies(tmp_path, base, whole_machin
     first = federated(tmp_path, *common, ZOO_TEST_FAULT="federated-server@1")
     assert first.returncode != 0
     assert "run again to resume" in first.stderr and "Traceback" not in first.stderr
+    # Noticed from the ServerApp's process, not after Flower's heartbeat patience (about a minute).
+    assert "its ServerApp process exited" in first.stderr, first.stderr[-2000:]
     assert len(json.loads((tmp_path / "out" / "history.json").read_text())) == 1
     second = federated(tmp_path, *common)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

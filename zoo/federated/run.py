@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -219,24 +220,44 @@ class LocalFederation:
         streamer = subprocess.Popen([self.exe("flwr"), "log", str(run_id), CONNECTION, "--stream"], env=self.env,
                                     cwd=self.workdir, start_new_session=True)
         try:
-            deadline = time.monotonic() + patience
+            deadline, asked, app_seen, app_gone = time.monotonic() + patience, 0.0, False, None
             while (left := deadline - time.monotonic()) > 0:
-                # The SuperLink ends the log stream when the run finishes: wait on it rather than start a `flwr`
-                # process (seconds of CPU each, taken from the run's own processes) every second. A stream that
-                # ended early (connection lost) leaves a slower poll.
-                if streamer.poll() is None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        streamer.wait(timeout=min(left, 30.0))
-                else:
-                    time.sleep(min(left, 5.0))
-                status = self.status(run_id)
+                # Two signs the run is over, watched each second: the SuperLink ends the log stream when the run
+                # finishes, and the ServerApp's process (the SuperLink's child) exits, also when it dies, which Flower
+                # itself reports only after its heartbeat patience (about a minute). Flower's status (`flwr ls`,
+                # seconds of CPU each, taken from the run's own processes) is asked only then, or every 30 s.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    streamer.wait(timeout=min(left, 1.0))
+                alive = self._server_app_alive()
+                app_seen |= alive
+                if app_seen and not alive and app_gone is None:
+                    app_gone = time.monotonic()
+                now = time.monotonic()
+                signalled = streamer.poll() is not None or app_gone is not None
+                if now - asked < (2.0 if signalled else 30.0):
+                    continue
+                asked, status = now, self.status(run_id)
                 if status.startswith("finished"):
                     return status
+                if app_gone is not None and now - app_gone > 10:  # the ServerApp is gone and Flower has not noticed
+                    return "finished:failed (its ServerApp process exited)"
         finally:
             if streamer.poll() is None:
                 os.killpg(streamer.pid, signal.SIGTERM)
             streamer.wait()
         raise ZooError(f"Flower run {run_id} did not finish within {patience:.0f} s; see {self.workdir}")
+
+    def _server_app_alive(self) -> bool:
+        """Whether the SuperLink's ServerApp process (flwr-serverapp, or flwr-simulation's) is running."""
+        try:
+            children = psutil.Process(self.processes[0].pid).children(recursive=True)
+        except (psutil.Error, IndexError):
+            return False
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if any(Path(arg).name in ("flwr-serverapp", "flwr-simulation") for arg in child.cmdline()[:2]):
+                    return True
+        return False
 
     def status(self, run_id: int) -> str:
         """Flower's status of a run (e.g. running, finished:completed)."""
