@@ -286,6 +286,12 @@ def test_a_stale_partial_download_restarts_from_zero_before_blaming_the_store(zo
     with pytest.raises(ZooError) as blamed:
         fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
     assert "corrupt" in str(blamed.value) and hostile_server in str(blamed.value) and cache.get(pointer) is None
+    # A server announcing more bytes than the object has is refused before a byte is written.
+    _Hostile.answer["object"] = ("serve", data + b"extra")
+    with pytest.raises(ZooError) as oversized:
+        fetch_object(pointer, "obj", remotes=[hostile_server], show_progress=False)
+    assert f"announces {len(data) + 5} bytes for an object of {len(data)}" in str(oversized.value)
+    assert not cache.partial_path(pointer.oid).exists() and cache.get(pointer) is None
 
 
 # -- properties: random and mutated input -----------------------------------------------------------------------------

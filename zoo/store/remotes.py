@@ -314,6 +314,10 @@ class HttpRemote(Remote):
                 mode, digest = "ab", _hash_existing(part)
             else:  # server ignored the Range header: start over
                 mode, digest, offset = "wb", hashlib.sha256(), 0
+            announced = response.headers.get("Content-Length", "")
+            if announced.isdigit() and offset + int(announced) > pointer.size:  # refused before a byte is written
+                raise IntegrityError(f"{self.url} announces {offset + int(announced)} bytes for an object of "
+                                     f"{pointer.size}")
             received = offset
             started = time.monotonic()
             with open(part, mode) as out, HashingWriter(out, digest) as sink:
