@@ -51,44 +51,33 @@ def _raw_card(name: str) -> tuple[Path, dict]:
     return path, raw
 
 
-def _refuse_broken_entries(names: list[str]) -> None:
-    """A build ends by writing the manifest, which needs every card: say so before training, not after."""
-    catalog.reload()
-    if other := {k: v for k, v in catalog.broken().items() if k not in names}:
-        name, error = next(iter(other.items()))
-        raise CardError(f"another entry's card is broken ({name}: {error}); fix it before building, the manifest "
-                        "this build writes needs every card")
-
-
 def build_paths(names: list[str]) -> list[Path]:
     """What building `names` writes in the checkout: their entry folders and the generated catalog files."""
     return [entries_dir() / n for n in names] + catalog.generated_paths()
 
 
-def build(name: str, nproc: int = 2, threads: int = 1, log=print, overrides: tuple[str, ...] = (),
+def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Path | None = None,
           variant_metrics: dict[str, float] | None = None, command_shown: str | None = None,
           allow_dirty: bool = False, writes: list[str] | None = None) -> Path:
-    """Train, export, measure and write the card. `overrides` are recipe key=value pairs (zoo import uses init_from).
+    """Train, export, measure and write the card. `init_from`: the converted upstream weights an import starts from.
 
     The tree must be clean apart from what this run writes (`writes`: the entries of one `zoo build` command):
     the recorded commit is stamped into every file, so building that commit again gives the same bytes."""
     commit, reproducible = require_clean(build_paths(writes or [name]), allow_dirty)
-    _refuse_broken_entries(writes or [name])
+    catalog.require_every_card(being_built=tuple(writes or [name]))  # the manifest it ends with needs them
     card_path, raw = _raw_card(name)
     entry_dir = card_path.parent
     training = raw.get("training") or {}
     recipe, architecture = training.get("recipe"), raw.get("architecture")
     if not recipe or not architecture:
         raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
-    if training.get("imported_from") and not overrides:
+    if training.get("imported_from") and init_from is None:
         if training.get("import_source"):
             return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log,
                                 allow_dirty=allow_dirty, writes=writes)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
     trainable = raw.get("trainable")
-    init_from = next((o.split("=", 1)[1] for o in overrides if o.startswith("init_from=")), None)
-    command = [*entry_training_command(recipe, architecture, nproc, trainable, init_from),
-               *(o for o in overrides if not o.startswith("init_from="))]
+    command = entry_training_command(recipe, architecture, nproc, trainable, init_from and str(init_from))
     # A bad recipe fails here, once, not in every worker.
     load_recipe(recipe, command[command.index("--model") + 2:], model=architecture)
     env = build_environment(threads, commit)
@@ -155,11 +144,11 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     entry from it with `init_from`."""
     read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
     require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
-    _refuse_broken_entries(writes or [name])
+    catalog.require_every_card(being_built=tuple(writes or [name]))  # the manifest it ends with needs them
     weights, _, parity = convert(source.resolve(), name)
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
         f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
-    return build(name, nproc=nproc, threads=threads, log=log, overrides=(f"init_from={weights}",),
+    return build(name, nproc=nproc, threads=threads, log=log, init_from=weights,
                  variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
                  allow_dirty=allow_dirty, writes=writes)
 

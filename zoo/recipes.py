@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from zoo.cards import read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
+from zoo.store.pointer import sha256_file
 from zoo.variants import recipe_kinds
 
 RECIPES_DIR = REPO_ROOT / "recipes"
@@ -157,7 +158,7 @@ class Recipe(Strict):
         $ZOO_HOME) of the same recipe from the same weights records the same digest."""
         data = self.model_dump(mode="json")
         if self.init_from and Path(self.init_from).is_file():
-            data["init_from"] = "sha256:" + hashlib.sha256(Path(self.init_from).read_bytes()).hexdigest()
+            data["init_from"] = "sha256:" + sha256_file(Path(self.init_from))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
