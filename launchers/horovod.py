@@ -4,7 +4,6 @@ Multi-node: `horovodrun -np 8 -H node1:4,node2:4 --gloo python launchers/horovod
 README). Horovod is built by `make setup` (PyTorch + gloo). See zoo/train/parallel/horovod.py.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,8 +15,4 @@ from zoo.train.launch import launch  # noqa: E402
 from zoo.train.parallel.horovod import init_horovod  # noqa: E402
 
 if __name__ == "__main__":
-    if "HOROVOD_RANK" not in os.environ:
-        print("error: launchers/horovod.py runs under horovodrun, e.g. "
-              "horovodrun -np 2 -H localhost:2 --gloo python launchers/horovod.py --recipe qat-int8", file=sys.stderr)
-        raise SystemExit(2)
-    launch("horovod", init=init_horovod)
+    launch("horovod", init=init_horovod)  # outside horovodrun: --help works, a run says how to start one

@@ -143,3 +143,34 @@ def test_hashing_writer_writes_and_hashes_the_same_bytes():
         for chunk in data[1:]:
             sink.write(chunk)
         assert sink.close().hexdigest() == digest.hexdigest()
+
+
+def test_every_command_and_launcher_answers_help():
+    """`--help` prints usage and exits 0 everywhere: each `zoo` command (and subcommand), each launcher script (the
+    Horovod one too, outside horovodrun) and each of federated.py's subcommands."""
+    import os
+    import subprocess
+    import sys
+
+    import typer
+    from typer.testing import CliRunner
+
+    from tests.helpers import REPO
+    from zoo.cli import app
+
+    group = typer.main.get_command(app)
+    runner = CliRunner()
+    paths = [[]] + [[name] for name in group.commands]
+    for name, command in group.commands.items():
+        paths += [[name, sub] for sub in getattr(command, "commands", {})]
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output, (path, result.output)
+    scripts = [[str(p), "--help"] for p in sorted((REPO / "launchers").glob("*.py"))]
+    scripts += [[str(REPO / "launchers" / "federated.py"), sub, "--help"] for sub in ("run", "simulate")]
+    running = [(s, subprocess.Popen([sys.executable, *s], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env={k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}))
+               for s in scripts]
+    for script, process in running:
+        stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0 and "usage" in stdout.lower(), (script, stdout, stderr)

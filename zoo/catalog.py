@@ -23,6 +23,9 @@ MANIFEST_FILE = "MANIFEST.json"
 # The README's catalog table (primaries' bytes per entry) sits between these markers; `zoo manifest` rewrites it.
 README = REPO_ROOT / "README.md"
 README_BEGIN, README_END = "<!-- catalog-sizes:begin (zoo manifest writes this table) -->", "<!-- catalog-sizes:end -->"
+# The README's launcher x precision x QAT table (zoo.train.parallel.support_matrix); `zoo manifest` rewrites it too.
+LAUNCHER_MATRIX = ("<!-- launcher-matrix:begin (zoo manifest writes this table from zoo.train.parallel.support_matrix) -->",
+                   "<!-- launcher-matrix:end -->")
 
 
 @dataclass(frozen=True)
@@ -221,11 +224,16 @@ def readme_table(root: Path | None = None) -> str:
 
 
 def readme_text(text: str, root: Path | None = None) -> str:
-    if README_BEGIN not in text or README_END not in text:
+    return replace_block(text, README_BEGIN, README_END, readme_table(root))
+
+
+def replace_block(text: str, begin: str, end: str, body: str) -> str:
+    """`text` with what lies between the markers `begin` and `end` replaced by `body` (unchanged without them)."""
+    if begin not in text or end not in text:
         return text
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    return f"{head}{README_BEGIN}\n{readme_table(root)}\n{README_END}{tail}"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
 def require_content(path: Path) -> Path:

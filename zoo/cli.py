@@ -263,13 +263,21 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
 
 @app.command()
 def manifest(check: bool = typer.Option(False, help="Fail if the committed manifest differs from the cards.")) -> None:
-    """Regenerate entries/MANIFEST.json from the cards (or check it)."""
+    """Regenerate entries/MANIFEST.json from the cards and the README's generated tables (or check them)."""
+    from zoo.train.parallel import matrix_markdown  # lazy: torch; only this command renders the launcher matrix
+
     path = catalog.manifest_path()
+    readme = catalog.README.read_text() if catalog.README.exists() else ""
+    matrix = catalog.replace_block(readme, *catalog.LAUNCHER_MATRIX, matrix_markdown())
     if check:
         if not path.exists() or path.read_text() != catalog.manifest_text():
             raise ZooError(f"{path} is out of date with the cards; run `zoo manifest` and commit it")
+        if matrix != readme:
+            raise ZooError(f"{catalog.README}: the launcher matrix is out of date; run `zoo manifest` and commit it")
         out.print(f"{path}: up to date")
         return
+    if matrix != readme:
+        atomic_write_text(catalog.README, matrix)
     out.print(f"wrote {catalog.write_manifest()}")
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -18,13 +20,16 @@ from rich.table import Table
 
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
+from zoo.fsutil import atomic_write_text
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
 from zoo.train.distributed import init_distributed, resolve_backend, shutdown
 from zoo.train.memory import allocator_env
-from zoo.train.parallel import LAUNCHERS, launcher_of, strategy_for
+from zoo.train.parallel import LAUNCHERS, launcher_of, strategy_for, unsupported_here
 from zoo.train.summary import SUMMARY_FILE, RunSummary
 from zoo.train.trainer import run
+
+SWEEP_FILE = "sweep.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,24 +45,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--profile-memory", action="store_true",
                         help="count the last two fp32 steps' tensors by category (parameters, gradients, optimizer state, buffers, activations) per rank into summary.json")
+    parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                        help="run one cell per combination of these values in this one job (repeatable), each "
+                             "into <output-dir>/<values joined by _>/, e.g. --sweep precision=fp32,bf16,fp16 "
+                             "--sweep recipe=fp32,qat-int8 (recipe: names or paths); <output-dir>/sweep.json lists "
+                             "the cells")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     return parser.parse_intermixed_args(argv)  # key=value overrides may come before or after options
 
 
-def prepare(launcher: str, args: argparse.Namespace):
+SWEEP_VALUE = re.compile(r"[A-Za-z0-9.-]+")
+
+
+def sweep_cells(sweep: list[str], launcher: str) -> list[tuple[str, list[str]]]:
+    """The cells of `--sweep KEY=V1,V2 ...`: (folder name, overrides), in order (the last key varies fastest).
+    No sweep: one unnamed cell."""
+    axes = []
+    for item in sweep:
+        key, sep, values = item.partition("=")
+        names = values.split(",") if sep and key else []
+        bad = [v for v in names if not SWEEP_VALUE.fullmatch(Path(v).name if key == "recipe" else v)]
+        if not names or bad:
+            raise ZooError(f"--sweep {item!r}: expected KEY=V1,V2 with values of letters, digits, '.' and '-' "
+                           "(e.g. --sweep precision=fp32,bf16)")
+        if key == "parallelism.strategy":
+            foreign = [v for v in names if v not in LAUNCHERS[launcher]]
+            if foreign:
+                raise ZooError(f"--sweep {item}: launchers/{launcher}.py does not run {', '.join(foreign)} "
+                               f"(it runs {', '.join(LAUNCHERS[launcher])})")
+        axes.append([f"{key}={v}" for v in names])
+    if len({a[0].partition("=")[0] for a in axes}) != len(axes):
+        raise ZooError("--sweep names one key twice; give all its values in one --sweep KEY=V1,V2")
+    return [("_".join(_label(o) for o in cell), list(cell)) for cell in itertools.product(*axes)] \
+        if axes else [("", [])]
+
+
+def _label(override: str) -> str:
+    key, _, value = override.partition("=")
+    return Path(value).stem if key == "recipe" else value  # a recipe given by path: its file name
+
+
+def prepare(launcher: str, args: argparse.Namespace, extra: list[str] = ()):
     """Everything that can be refused before a process group exists: recipe, model, launcher and backend.
+    `extra`: a sweep cell's overrides (`recipe=NAME` picks the recipe itself).
 
     Workers call it first; `zoo train` calls it before any worker starts, so a bad recipe is one line, once."""
-    overrides = list(args.overrides)
+    name = next((o.partition("=")[2] for o in extra if o.startswith("recipe=")), args.recipe)
+    overrides = [*args.overrides, *(o for o in extra if not o.startswith("recipe="))]
     if args.no_tracking:
         overrides.append("tracking.enabled=false")
-    recipe = load_recipe(args.recipe, overrides, model=args.model, backend=args.backend)
+    recipe = load_recipe(name, overrides, model=args.model, backend=args.backend)
     model_spec(recipe.model)  # unknown models fail before any process group exists
     if recipe.federated is not None:
         raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
     resolve_backend(recipe.backend)  # nccl without GPUs, ccl without oneCCL: refused here, writing nothing
-    return recipe, strategy_for(launcher, recipe.parallelism.strategy)
+    strategy = strategy_for(launcher, recipe.parallelism.strategy)
+    if reason := unsupported_here(strategy, recipe.precision):
+        raise ZooError(f"recipe '{recipe.name}': {reason}")
+    return recipe, strategy
 
 
 def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
@@ -65,23 +111,36 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
     args = parse_args(argv)
     ctx = None
     try:
-        recipe, strategy = prepare(launcher, args)
+        # Every cell's recipe is checked before the process group exists: a bad one is refused before any training.
+        cells = [(label, extra, *prepare(launcher, args, extra)) for label, extra in sweep_cells(args.sweep, launcher)]
+        recipe = cells[0][2]
         ctx = (init or init_distributed)(recipe.backend)
         output_dir = args.output_dir or Path("runs") / f"{recipe.model}-{recipe.name}"
         try:  # every rank, before any training: a bad folder fails at once, not at the first save
             output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ZooError(f"--output-dir {output_dir}: cannot create it ({exc.strerror or exc})") from None
-        if strategy != recipe.parallelism.strategy != "ddp" and ctx.is_main:
+        if cells[0][3] != recipe.parallelism.strategy != "ddp" and ctx.is_main:
             print(f"note: recipe '{recipe.name}' names parallelism '{recipe.parallelism.strategy}' "
                   f"(launchers/{launcher_of(recipe.parallelism.strategy)}.py); launchers/{launcher}.py runs "
-                  f"'{strategy}'", file=sys.stderr)
+                  f"'{cells[0][3]}'", file=sys.stderr)
         # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
         resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-        summary = run(recipe, ctx, strategy, output_dir, resume, args.tracking_uri, launcher,
-                      profile_memory=args.profile_memory)
-        if summary is not None:
-            _report(summary, output_dir)
+        finished = []
+        for index, (label, extra, recipe, strategy) in enumerate(cells):
+            if label and ctx.is_main:
+                print(f"[sweep] cell {index + 1}/{len(cells)}: {label}", file=sys.stderr, flush=True)
+            cell_dir = output_dir / label
+            summary = run(recipe, ctx, strategy, cell_dir, resume, args.tracking_uri, launcher,
+                          profile_memory=args.profile_memory)
+            if summary is None:
+                continue
+            _report(summary, cell_dir)
+            if label:  # after each cell, so an interrupted sweep still says which cells finished
+                finished.append({"cell": label, "overrides": dict(o.split("=", 1) for o in extra),
+                                 "strategy": strategy, "summary": f"{label}/{SUMMARY_FILE}",
+                                 "variants": {k: v.accuracy for k, v in summary.variants.items()}})
+                atomic_write_text(output_dir / SWEEP_FILE, json.dumps({"cells": finished}, indent=2) + "\n")
         shutdown(ctx)
     except ZooError as exc:
         # Every rank reads the same recipe and fails the same way: one of them says so.
@@ -101,8 +160,11 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
     if launcher is not None and launcher not in LAUNCHERS:
         raise ZooError(f"unknown launcher '{launcher}'; choose one of: {', '.join(LAUNCHERS)}")
     # A bad recipe, model or backend: refused here, before any worker starts.
-    recipe, _ = prepare(launcher or "ddp", parse_args(launcher_argv))
+    args = parse_args(launcher_argv)
+    recipe, _ = prepare(launcher or "ddp", args)
     launcher = launcher or launcher_of(recipe.parallelism.strategy)
+    for _, extra in sweep_cells(args.sweep, launcher):  # and every cell of a sweep
+        prepare(launcher, args, extra)
     if launcher == "horovod":
         raise ZooError("Horovod jobs start with horovodrun, not torchrun: "
                        f"horovodrun -np {nproc_per_node * nnodes} python launchers/horovod.py {shlex.join(launcher_argv)}")

@@ -186,6 +186,25 @@ class ZeroStrategy(_DeepSpeedBase):
         plain.load_state_dict(full_fp32_state(self.engine.module))
         return plain
 
+    def finish(self) -> None:
+        super().finish()
+        if self.stage == 3:
+            restore_linear()
+
+
+def restore_linear() -> None:
+    """Put back `torch.nn.functional.linear` after a ZeRO-3 engine.
+
+    ZeRO-3 replaces it process-wide with its memory-efficient autograd Function (whose forward calls `addmm`), and
+    DeepSpeed leaves it replaced "unless manually reset". Anything traced afterwards in the same process then sees
+    `addmm` where the model has `linear`: torchao's QAT quantizer refused the graph ("addmm is not an aten linear
+    operator"), so `zero3` with `qat-int8` crashed at the start of the QAT phase."""
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses  # lazy: DeepSpeed
+
+    original = getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", None)
+    if original is not None:
+        torch.nn.functional.linear = original
+
 
 class DeepSpeedPipelineStrategy(_DeepSpeedBase):
     """DeepSpeed's PipelineModule over the family's split points; ZeRO-1 across pipeline replicas."""

@@ -8,10 +8,10 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from zoo.models import parallel_units
 from zoo.train.parallel.base import Strategy
+from zoo.train.parallel.scaler import AgreeingGradScaler
 
 LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -46,9 +46,8 @@ class FSDPStrategy(Strategy):
 
     def __init__(self, ctx, recipe, build_model):
         super().__init__(ctx, recipe, build_model)
-        if recipe.precision == "fp16":
-            # Sharded gradients need a scaler that agrees on inf/nan across ranks.
-            self.scaler = ShardedGradScaler(ctx.device.type)
+        if recipe.precision == "fp16" and ctx.distributed:
+            self.scaler = AgreeingGradScaler(ctx.device)  # sharded gradients: every rank agrees on inf/nan
 
     def wrap(self, model):
         if not self.ctx.distributed:

@@ -8,16 +8,25 @@ through Horovod too (DistContext backend "horovod"), and checkpoints are written
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
+from zoo.errors import ZooError
 from zoo.train.distributed import DistContext
 from zoo.train.checkpoint import load_whole, save_whole
 from zoo.train.parallel.base import Strategy, make_optimizer
 
 
+class NotUnderHorovodrun(ZooError):
+    exit_code = 2  # a usage error, like argparse's
+
+
 def init_horovod(backend_choice: str = "auto") -> DistContext:
+    if "HOROVOD_RANK" not in os.environ:
+        raise NotUnderHorovodrun("launchers/horovod.py runs under horovodrun, e.g. horovodrun -np 2 -H localhost:2 "
+                                 "--gloo python launchers/horovod.py --recipe qat-int8")
     import horovod.torch as hvd  # lazy: optional, built by make setup where it can be; only horovodrun jobs need it
 
     hvd.init()

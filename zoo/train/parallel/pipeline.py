@@ -16,6 +16,7 @@ from zoo.errors import ZooError
 from zoo.models import pipeline_blocks
 from zoo.train.checkpoint import load_whole, save_whole
 from zoo.train.parallel.base import MeshStrategy, autocast, require_world, summed_loss
+from zoo.train.parallel.scaler import AgreeingGradScaler
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -84,6 +85,8 @@ class PipelineStrategy(MeshStrategy):
             require_world(ctx, self.stages * (2 if two_d else 1), f"{self.name} with {self.stages} stages")
             self.mesh = init_device_mesh(ctx.device.type, (self.stages, ctx.world_size // self.stages),
                                          mesh_dim_names=("pp", "dp"))
+            if recipe.precision == "fp16":
+                self.scaler = AgreeingGradScaler(ctx.device)  # every stage steps (or skips) together
         self.stage_index = self.mesh["pp"].get_local_rank() if self.mesh else 0
 
     @property

@@ -16,6 +16,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from zoo.errors import ZooError
 from zoo.train.parallel.base import MeshStrategy, require_world
 from zoo.train.parallel.fsdp import gather_full_model, shard_blocks
+from zoo.train.parallel.scaler import AgreeingGradScaler
 
 
 class TensorParallelStrategy(MeshStrategy):
@@ -31,6 +32,8 @@ class TensorParallelStrategy(MeshStrategy):
             tp = recipe.parallelism.tensor_parallel_size if two_d else ctx.world_size
             require_world(ctx, tp * (2 if two_d else 1), f"{self.name} with tensor_parallel_size {tp}")
             self.mesh = init_device_mesh(ctx.device.type, (ctx.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+            if recipe.precision == "fp16":
+                self.scaler = AgreeingGradScaler(ctx.device)  # DTensor and plain gradients, one decision
 
     @property
     def reports_loss(self) -> bool:
