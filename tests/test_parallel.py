@@ -367,3 +367,21 @@ def test_memory_by_category_matches_the_zero_accounting(tmp_path, launcher, stra
         # buffers derived from the model's size (deepspeed.buffer_sizes), not DeepSpeed's 5e8-element defaults
         assert config["reduce_bucket_size"] == max(2**16, got["num_params"] // 16)
         assert config["stage3_max_live_parameters"] == 2 * config["reduce_bucket_size"]
+
+
+@pytest.mark.parametrize("sweep,message", [
+    (["precision"], "--sweep 'precision': expected KEY=V1,V2"),
+    (["precision=../escape"], "--sweep 'precision=../escape': expected KEY=V1,V2"),  # cell folders stay inside
+    (["parallelism.strategy=ddp,zero3"], "launchers/ddp.py does not run zero3 (it runs ddp)"),
+    (["precision=fp32", "precision=bf16"], "--sweep names one key twice"),
+    (["precision=fp32,fp64"], "precision"),  # every cell's recipe is checked before any process group exists
+])
+def test_a_bad_sweep_is_one_line_before_any_training(tmp_path, sweep, message):
+    args = [a for item in sweep for a in ("--sweep", item)]
+    result = subprocess.run([sys.executable, str(REPO / "launchers" / "ddp.py"), *CNN, "--output-dir",
+                             str(tmp_path / "out"), *args], capture_output=True, text=True, env=env(tmp_path),
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
