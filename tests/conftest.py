@@ -4,13 +4,16 @@ import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import requests
 
-from tests.helpers import LfsServer, all_cpus, shared_cpus
+from tests.helpers import LfsServer, all_cpus, free_port, shared_cpus
 from zoo import catalog
 
 
@@ -115,3 +118,30 @@ def lfs_server(tmp_path):
     server = LfsServer(tmp_path / "lfs-storage").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 (sqlite backend, local artifacts), one per test module; stopped by PID."""
+    tmp_path = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                             "--default-artifact-root", str(tmp_path / "artifacts")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                break
+        except requests.RequestException:  # not listening yet, or listening but still starting (slow answer)
+            pass
+        time.sleep(1)
+    else:
+        os.killpg(proc.pid, 9)
+        raise RuntimeError("mlflow server did not answer /health in 240 s")
+    yield url
+    os.killpg(proc.pid, 9)
+    proc.wait()

@@ -194,10 +194,10 @@ class LfsServer:
         return matches[0]
 
 
-def quick_recipe(root: Path, steps: int = 250, qat_steps: int = 50) -> Path:
-    """A short copy of the qat-int8 recipe (digits-cnn) at root/quick.yaml."""
+def quick_recipe(root: Path, steps: int = 250, qat_steps: int = 50, tracking: bool = False) -> Path:
+    """A short copy of the qat-int8 recipe (digits-cnn) at root/quick.yaml (MLflow tracking off unless asked)."""
     data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
-    data.update(name="quick", steps=steps, tracking={"enabled": False})
+    data.update(name="quick", steps=steps, tracking={"enabled": tracking})
     data.pop("epochs")
     data["quantization"]["qat_steps"] = qat_steps
     # int8-dynamic comes from `zoo export` in the tests of a kind added to a built card (test_validate).
@@ -208,10 +208,12 @@ def quick_recipe(root: Path, steps: int = 250, qat_steps: int = 50) -> Path:
     return recipe
 
 
-def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250, card: dict | None = None) -> dict:
+def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250, card: dict | None = None,
+                       tracking: bool = False) -> dict:
     """A real digits-cnn entry built by `zoo build` with a short qat-int8 recipe; returns the CLI environment.
-    `card`: more hand-written card fields (e.g. derived variants to declare)."""
-    recipe = quick_recipe(root, steps)
+    `card`: more hand-written card fields (e.g. derived variants to declare); `tracking`: the build logs to MLflow
+    (sqlite under the environment's $ZOO_HOME) and registers its variants."""
+    recipe = quick_recipe(root, steps, tracking=tracking)
     entries = root / "entries"
     (entries / name).mkdir(parents=True)
     hand_written = {"name": name, "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",

@@ -70,7 +70,7 @@ def test_catalog_primaries_fit_the_store():
 
 
 def test_build_writes_measured_card(tmp_path):
-    env = quick_digits_entry(tmp_path)
+    env = quick_digits_entry(tmp_path, tracking=True)
     entries = tmp_path / "entries"
     card = load_card(entries / "quick-digits" / "card.yaml")
     assert set(card.variants) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
@@ -97,3 +97,16 @@ def test_build_writes_measured_card(tmp_path):
     bad = zoo_cli("fetch", "quick-digits", "--fastest", "--batch", "7", env=env)
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: --batch 7: cards record latency at batch 1 and 32; pick one of them"]
+
+    # Tracking was on: the build registered every ONNX variant in the run's MLflow store, linked to that run.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    versions = client.search_model_versions("name = 'zoo.quick-digits'")
+    assert {v.tags["zoo.sha256"] for v in versions} == {v.sha256 for v in card.variants.values()}
+    runs = {v.run_id for v in versions}
+    assert len(runs) == 1 and None not in runs  # one training run made them all
+    run = client.get_run(runs.pop())
+    assert run.data.params["recipe.name"] == "quick" and run.data.metrics["onnx/int8-qat/accuracy"] > 0.5
+    aliases = client.get_registered_model("zoo.quick-digits").aliases
+    assert set(aliases) == set(card.variants) | {"fastest"}

@@ -125,31 +125,6 @@ def test_bad_input_fails_with_its_message(tmp_path, args, message):
     assert not (tmp_path / "bad").exists()
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    port = free_port()
-    mlflow = str(Path(sys.executable).with_name("mlflow"))
-    proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                             "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-                             "--default-artifact-root", str(tmp_path / "artifacts")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{url}/health", timeout=2).ok:
-                break
-        except requests.RequestException:  # not listening yet, or listening but still starting (slow answer)
-            pass
-        time.sleep(1)
-    else:
-        os.killpg(proc.pid, 9)
-        raise RuntimeError("mlflow server did not answer /health in 240 s")
-    yield url
-    os.killpg(proc.pid, 9)
-    proc.wait()
-
-
 def test_mlflow_logging_against_real_server(tmp_path, mlflow_server):
     train(tmp_path, "tracked", "--recipe", "qat-int8", "--tracking-uri", mlflow_server, "steps=20",
           "quantization.qat_steps=10", "export.opsets=[17]", nproc=2)

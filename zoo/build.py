@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mlflow.exceptions import MlflowException
 from onnx import numpy_helper
 
 from zoo import catalog
@@ -30,6 +31,7 @@ from zoo.importer import convert, read_checkpoint, resolve_source
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import entry_training_command, load_recipe
+from zoo.registry import register
 from zoo.store.fetch import fetch
 from zoo.store.pointer import read_pointer
 from zoo.train.summary import RunSummary
@@ -112,7 +114,16 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))
     catalog.write_manifest()
+    if summary.tracking.run_id:  # tracking was on: the variants join the registry, linked to the run that made them
+        _register(name, summary.tracking.uri, summary.tracking.run_id, log)
     return card_path
+
+
+def _register(name: str, uri: str, run_id: str, log) -> None:
+    try:
+        register(name, uri, run_id=run_id, log=log)
+    except (ZooError, MlflowException) as exc:  # the card and files are written: registering again is one command
+        log(f"[{name}] not registered in MLflow ({exc}); `zoo register {name} --tracking-uri {uri}` retries")
 
 
 def export_variant(name: str, key: str, log=print) -> Path:

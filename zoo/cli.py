@@ -238,6 +238,46 @@ def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
                                  "total size unknown (an HTTP store does not list its objects)"))
 
 
+@app.command()
+def register(names: list[str] = typer.Argument(None, help="Entries to register."),
+             all_entries: bool = typer.Option(False, "--all", help="Every built entry."),
+             tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: sqlite under "
+                                                        "$ZOO_HOME, the one training runs log to)."),
+             variant: list[str] = typer.Option(None, help="Only these variants (default: every built ONNX one)."),
+             move_aliases: bool = typer.Option(False, "--move-aliases", help="Move an alias that points at a version "
+                                               "holding another file (default: report it and leave it)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Register entries in MLflow's model registry: each built ONNX variant a version of zoo.NAME (ONNX flavor,
+    the card as tags, aliases fp32, int8-qat, ..., fastest); load one with
+    mlflow.pyfunc.load_model("models:/zoo.NAME@int8-qat"). Registering twice adds nothing."""
+    from zoo.registry import model_uri, register as register_entry  # lazy: mlflow + onnx; `zoo list` must not wait
+
+    targets = [n for n in catalog.list_models() if catalog.get_card(n).variants.get("fp32") is not None
+               and catalog.get_card(n).variants["fp32"].built] if all_entries else (names or [])
+    if not targets:
+        raise ZooError("name an entry to register, or pass --all")
+    results = {name: register_entry(name, tracking_uri, variant or None, move_aliases=move_aliases,
+                                    log=lambda line: err.print(line, markup=False, highlight=False))
+               for name in targets}
+    if as_json:
+        print(json.dumps({name: [{**r.__dict__, "uri": model_uri(name, r.variant)} for r in rows]
+                          for name, rows in results.items()}, indent=2))
+    else:
+        table = Table("entry", "variant", "version", Column("status"), "aliases", title="MLflow model registry")
+        for name, rows in results.items():
+            for r in rows:
+                table.add_row(name, r.variant, str(r.version), "new" if r.new else "already there",
+                              ", ".join(r.aliases) or "-")
+        out.print(table)
+        first = next(iter(results))
+        out.print(f'load one: mlflow.pyfunc.load_model("{model_uri(first, results[first][0].variant)}")',
+                  markup=False, highlight=False)
+    conflicts = [c for rows in results.values() for r in rows for c in r.conflicts]
+    if conflicts:
+        raise ZooError(f"{len(conflicts)} alias(es) left on versions holding other files, e.g. {conflicts[0]}; "
+                       "pass --move-aliases to move them")
+
+
 @app.command("check-store")
 def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bare repo (default: the configured stores)."),
                 derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),

@@ -26,8 +26,10 @@ from zoo.cards import ModelCard
 from zoo.config import REPO_ROOT
 from zoo.data import load_dataset
 from zoo.fsutil import atomic_write_text, human_size
+from zoo.metrics import wilson_interval
 from zoo.models import build_model
 from zoo.recipes import Recipe, load_recipe
+from zoo.registry import model_name, model_uri, registrable
 from zoo.store.rebuild import buildable
 from zoo.variants import KINDS, kind_of
 
@@ -86,14 +88,6 @@ def _size(n: int | None) -> str:
     return "–" if n is None else f'<span data-sort="{n}">{human_size(n)}</span>'
 
 
-def confidence(accuracy: float, n: int) -> float:
-    """Half-width of the 95% Wilson interval of an accuracy measured on n examples."""
-    z = 1.959964
-    centre = (accuracy + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(abs(centre + half - accuracy), abs(accuracy - (centre - half)))
-
-
 def _verdicts(validation: dict, name: str) -> dict[str, str]:
     """Latest validation verdict per variant: FAIL if any of its checks (or the entry's) failed."""
     rows = [r for r in validation.get("rows", []) if r["entry"] == name]
@@ -132,8 +126,9 @@ def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 3.2))
         for key, v in timed.items():
             metric = v.metrics[card.primary_metric]
-            ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=confidence(metric, tested) if tested else None,
-                        fmt="o", capsize=3, label=key)
+            low, high = wilson_interval(metric, tested) if tested else (metric, metric)
+            ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=[[metric - low], [high - metric]], fmt="o",
+                        capsize=3, label=key)  # the interval as it is: never above 1
         ax.set(xlabel=f"onnxruntime latency, batch 32, {next(iter(timed.values())).speed.threads} thread(s) (ms)",
                ylabel=card.primary_metric,
                title=f"{card.name}: accuracy (95% CI) vs latency")
@@ -201,7 +196,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         speed = (f"{v.speed.batch_1.vs_fp32:.2f}x / {v.speed.batch_32.vs_fp32:.2f}x" if v.speed else "–")
         latency = (f"{v.speed.batch_1.median_ms:.3g} / {v.speed.batch_32.median_ms:.3g}" if v.speed else "–")
         metric = v.metrics.get(c.primary_metric)
-        interval = (f" ±{confidence(metric, tested):.4f}" if metric is not None and tested
+        interval = (" [{:.4f}, {:.4f}]".format(*wilson_interval(metric, tested)) if metric is not None and tested
                     and kind.reference != "retrained" else "")
         lines.append(f"| {label} | {' '.join(p for p in (v.precision, v.quantization) if p != 'none')} | {v.opset} | "
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(metric)}</span>{interval} | "
@@ -240,6 +235,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
                          "verified")
         lines += ["```"]
         lines += use_it(c)
+        lines += from_mlflow(c)
     lines += ["", "## Train it", "", "```bash"]
     if not built:
         lines.append(f"{c.training.command}   # the card's planned run")
@@ -353,6 +349,19 @@ def use_it(c: ModelCard) -> list[str]:
     return ["", "## Use it", "", "```python", *code, "```", "",
             f"`zoo fetch {c.name} --fastest` names the quickest variant on this card that keeps fp32's "
             f"{c.primary_metric}; pass its path instead."]
+
+
+def from_mlflow(c: ModelCard) -> list[str]:
+    """The entry in MLflow's model registry: the command that registers it and the URIs that load it."""
+    keys = registrable(c)
+    if not keys:
+        return []
+    return ["", "### From MLflow", "",
+            f"`zoo register {c.name}` makes each ONNX variant a version of `{model_name(c.name)}` in your MLflow "
+            "registry (guide: [Use the zoo from MLflow](../guides/mlflow.md)); then:", "", "```python",
+            "import mlflow", "",
+            f'model = mlflow.pyfunc.load_model("{model_uri(c.name, "fp32")}")  # or @{", @".join(keys[1:] + ["fastest"])}',
+            "```"]
 
 
 def speed_section(c: ModelCard) -> list[str]:

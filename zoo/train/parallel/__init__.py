@@ -16,6 +16,7 @@ from typing import get_args
 import torch
 
 from zoo.errors import ZooError
+from zoo.recipes import Quantization, Recipe
 from zoo.train.parallel.base import Strategy
 from zoo.train.parallel.ddp import DDPStrategy
 
@@ -40,8 +41,6 @@ def support_matrix() -> list[tuple[str, str, int, tuple[str, ...], tuple[str, ..
     """(launcher, strategy, processes, precisions, quantization schemes): every combination is supported and
     tests/test_parallel.py runs each one (it trains, exports the recipe's variants, and in fp32 trains the same model
     as one process). The README's launcher matrix is rendered from it (`matrix_markdown`)."""
-    from zoo.recipes import Quantization, Recipe
-
     precisions = get_args(Recipe.model_fields["precision"].annotation)
     schemes = get_args(Quantization.model_fields["scheme"].annotation)
     return [(launcher, strategy, MIN_PROCESSES.get(strategy, 2), precisions, schemes)
