@@ -1,6 +1,6 @@
-"""`zoo register` against a real `mlflow server` on 127.0.0.1: versions made from the verified files, loadable with
-`mlflow.pyfunc.load_model("models:/zoo.NAME@alias")` in a fresh process, the card as tags, idempotent by sha256,
-aliases held by other files reported and left alone."""
+"""MLflow against one real `mlflow server` on 127.0.0.1: a training run's tracking, and `zoo register` (versions made
+from the verified files, loadable with `mlflow.pyfunc.load_model("models:/zoo.NAME@alias")` in a fresh process, the
+card as tags, idempotent by sha256, aliases held by other files reported and left alone)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import onnxruntime as ort
 import requests
 
 from tests.helpers import zoo_cli
+from tests.test_training import train
 from zoo import catalog
 from zoo.registry import SHA_TAG, model_name, reference_data
 from zoo.store.fetch import fetch
@@ -110,3 +111,21 @@ def test_register_refuses_what_it_cannot_register(tmp_path):
         result = zoo_cli("register", *args, "--tracking-uri", f"sqlite:///{tmp_path / 'r.db'}",
                          env={"ZOO_HOME": str(tmp_path / "home")})
         assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_mlflow_logging_against_real_server(tmp_path, mlflow_server):
+    train(tmp_path, "tracked", "--recipe", "qat-int8", "--tracking-uri", mlflow_server, "steps=20",
+          "quantization.qat_steps=10", "export.opsets=[17]", nproc=2)
+    summary = json.loads((tmp_path / "tracked" / "summary.json").read_text())
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_server)
+    run = client.get_run(summary["tracking"]["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["recipe.quantization.scheme"] == "qat-int8" and run.data.params["world_size"] == "2"
+    assert abs(run.data.metrics["onnx/int8-qat/accuracy"] - summary["variants"]["int8-qat"]["accuracy"]) < 1e-9
+    assert len(client.get_metric_history(run.info.run_id, "fp32/loss")) == 20
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"model.onnx", "model.int8-qat.onnx", "model.int8-ptq.onnx", "summary.json"} <= artifacts
+    # exactly one run: other ranks never track
+    assert len(client.search_runs([run.info.experiment_id])) == 1
