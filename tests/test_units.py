@@ -174,3 +174,35 @@ def test_every_command_and_launcher_answers_help():
     for script, process in running:
         stdout, stderr = process.communicate(timeout=120)
         assert process.returncode == 0 and "usage" in stdout.lower(), (script, stdout, stderr)
+
+
+def test_the_cli_reads_at_80_columns():
+    """Every command's output at 80 columns: no line wider unless it is one unbreakable token or command, no token
+    split across lines or cut with an ellipsis (every word is one the 400-column output has), no `command` broken."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    commands = [["list"], ["card", "digits-cnn"], ["card", "bert-tiny"], ["card", "bert-base"], ["info", "digits-cnn"],
+                ["info", "bert-mini"], ["fetch", "digits-cnn", "--variant", "int8-qat"], ["--help"], ["fetch", "--help"],
+                ["register", "--help"]]
+
+    def render(args: list[str], columns: int) -> str:
+        result = subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True, cwd=REPO,
+                                env={**os.environ, "COLUMNS": str(columns), "TERM": "dumb", "NO_COLOR": "1"}, timeout=300)
+        assert result.returncode == 0, (args, result.stderr)
+        return result.stdout + result.stderr
+
+    for args in commands:
+        narrow, wide = render(args, 80), render(args, 400)
+        known = set(wide.split())
+        for line in narrow.splitlines():
+            if len(line) > 80:  # only a token or a `command` longer than the line may stand alone on it
+                assert " " not in re.sub(r"`[^`]*`", "", line.strip()), (args, line)
+        split = [token for token in narrow.split() if token not in known]
+        assert not split, (args, split[:5], narrow)
+        broken = [line for line in narrow.splitlines() if line.count("`") % 2]
+        assert not broken, (args, "a `command` broken across lines", broken)

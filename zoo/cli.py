@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.markup import escape
 from rich.table import Column, Table
+from rich.text import Text
 
 from zoo import catalog
 from zoo.config import REPO_STORE, lfs_remote_urls, repo_store
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, human_size
+from zoo.metrics import wilson_interval
 from zoo.provenance import tree_state
 from zoo.reproduce import reproduce as run_reproduce
 from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
@@ -52,6 +57,45 @@ out = Console()
 err = Console(stderr=True)
 
 
+def say(text: str, label: str = "", indent: str = "", console: Console = out) -> None:
+    """Print `label` (bold) and `text` wrapped at word boundaries for the console's width: never inside a `command`
+    in backticks, a hash, a path or a hyphenated name (a token longer than the line keeps a line of its own)."""
+    protected = re.sub(r"`[^`]*`", lambda m: m[0].replace(" ", NBSP), text)  # textwrap breaks on ASCII spaces only
+    lines = textwrap.wrap(f"{label}{protected}", width=max(20, console.width), initial_indent=indent,
+                          subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False) or [""]
+    body = Text("\n".join(lines).replace(NBSP, " "))
+    if label:
+        body.stylize("bold", len(indent), len(indent) + len(label))
+    console.print(body, soft_wrap=True, highlight=False)
+
+
+NBSP = "\u00a0"
+
+
+def short_hash(sha256: str | None, full: bool = False) -> str:
+    """A sha256 as tables show it: its first 12 hex digits (`--full` and `--json` give all 64)."""
+    return "-" if not sha256 else sha256 if full else sha256[:12]
+
+
+def fitted_table(columns: list[tuple[str, int]], rows: list[list[str]], console: Console = out, **options) -> Table:
+    """A table of the columns that fit the console's width, taken by priority (0 first) and shown in their order:
+    a cell never wraps or is cut; a column that does not fit is left out whole (wider terminals show more)."""
+    def build(keep: set[int]) -> Table:
+        table = Table(*(Column(header, no_wrap=True) for i, (header, _) in enumerate(columns) if i in keep),
+                      box=None, padding=(0, 2, 0, 0), pad_edge=False, **options)
+        for row in rows:
+            table.add_row(*(cell for i, cell in enumerate(row) if i in keep))
+        return table
+
+    keep: set[int] = set()
+    for index in sorted(range(len(columns)), key=lambda i: columns[i][1]):
+        wider = build(keep | {index})
+        unbounded = console.options.update_width(10**6)  # its natural width, not clamped to the console's
+        if not keep or Measurement.get(console, unbounded, wider).maximum <= console.width:
+            keep.add(index)
+    return build(keep)
+
+
 def _human(size: int | None) -> str:
     return "-" if size is None else human_size(size)
 
@@ -70,75 +114,96 @@ def list_cmd(task: Optional[str] = typer.Option(None, help="Only models for this
         print(json.dumps([catalog.get_card(n).model_dump(mode="json", exclude_none=True) for n in names]
                          + [{"name": n, "error": e} for n, e in broken.items()], indent=2))
         return
-    table = Table("name", "task", "family", "params", "variants", "fp32 " + "metric")
+    rows = []
     for name in names:
         card = catalog.get_card(name)
-        built = [k if v.built else f"{k}*" for k, v in card.variants.items()]
-        table.add_row(name, card.task, card.family, f"{card.num_params:,}", " ".join(built), _metric(card.metric("fp32")))
-    out.print(table)
+        others = [k if v.built else f"{k}*" for k, v in card.variants.items() if k != "fp32"]
+        rows.append([name, card.task, card.family, f"{card.num_params:,}", _metric(card.metric("fp32")),
+                     " ".join(others)])
+    # Columns in the order shown, with the priority they keep at narrow widths (0 first): one line per entry.
+    columns = [("name", 0), ("task", 3), ("family", 5), ("params", 4), ("fp32", 1), ("other variants", 2)]
+    out.print(fitted_table(columns, rows))
+    say("fp32: the fp32 file's test accuracy (`zoo card NAME`: every variant's)")
     if any(not v.built for n in names for v in catalog.get_card(n).variants.values()):
-        out.print("* not built yet: `zoo build NAME`")
+        say("* not built yet: `zoo build NAME`")
     for name, error in broken.items():
-        out.print(f"[red]broken:[/red] {escape(name)}: {escape(error)}")
+        say(f"{name}: {error}", label="broken: ")
 
 
 @app.command()
-def card(name: str) -> None:
+def card(name: str, full: bool = typer.Option(False, "--full", help="Every column, whatever the width.")) -> None:
     """Render a model's card."""
     c = catalog.get_card(name)
-    # Card text is data, not rich markup: "[batch, 64]" and "<pkg>" print as written.
-    out.print(f"[bold]{escape(c.name)}[/bold] — " + escape(f"{c.task} ({c.family}), {c.num_params:,} parameters, "
-                                                          f"licence {c.license}"))
-    out.print(escape(c.description))
-    out.print("\n[bold]Dataset[/bold] " + escape(f"{c.dataset.name}: {c.dataset.source} (licence {c.dataset.license}); "
-                                                  + ", ".join(f"{k} {v}" for k, v in c.dataset.splits.items())))
-    out.print("[bold]Preprocessing[/bold]")
+    # Card text is data, not markup: say() prints it as written ("[batch, 64]", "<pkg>").
+    say(f"{c.task} ({c.family}), {c.num_params:,} parameters, licence {c.license}", label=f"{c.name} — ")
+    say(c.description)
+    out.print()
+    say(f"{c.dataset.name}: {c.dataset.source} (licence {c.dataset.license}); "
+        + ", ".join(f"{k} {v:,}" for k, v in c.dataset.splits.items()), label="Dataset ")
+    say("", label="Preprocessing")
     for i, step in enumerate(c.preprocessing, 1):
-        out.print(f"  {i}. " + escape(step))
-    for title, tensors in (("Inputs", c.inputs), ("Outputs", c.outputs)):
-        out.print(f"[bold]{title}[/bold] " + escape("; ".join(f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}]"
-                                                           for t in tensors)))
-    table = Table(Column("variant", no_wrap=True), "type", "opset", c.primary_metric, Column("size", no_wrap=True),
-                  "speed b1", "speed b32", title="Variants")
+        say(step, indent="  ", label=f"{i}. ")
+    for title, tensors in (("Inputs ", c.inputs), ("Outputs ", c.outputs)):
+        say("; ".join(f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}]" for t in tensors), label=title)
+    tested = c.dataset.splits.get("test")
+    rows = []
     for key, v in c.variants.items():
         kind = " ".join(p for p in (v.precision, "" if v.quantization == "none" else v.quantization,
                                     "" if kind_of(key, v).inference else v.format) if p)
-        speeds = [f"{v.speed.at(b).vs_fp32:.2f}x" if v.speed else "-" for b in (1, 32)]
-        table.add_row(key, kind + (f" (recipe {v.recipe})" if v.recipe else ""), str(v.opset),
-                      f"{_metric(v.metrics.get(c.primary_metric))} ±{v.tolerance:g}",
-                      _human(v.size) if v.sha256 else "not built", *speeds)
-    out.print(table)
+        metric = v.metrics.get(c.primary_metric)
+        own_data = kind_of(key, v).reference == "retrained"  # measured on its recipe's data, not the card's split
+        interval = ("[{:.4f}, {:.4f}]".format(*wilson_interval(metric, tested))
+                    if metric is not None and tested and not own_data else "-")
+        rows.append([key, kind + (f" (recipe {v.recipe})" if v.recipe else ""), str(v.opset),
+                     _metric(metric) + ("*" if own_data else ""), interval, f"±{v.tolerance:g}",
+                     _human(v.size) if v.sha256 else "not built",
+                     *(f"{v.speed.at(b).vs_fp32:.2f}x" if v.speed else "-" for b in (1, 32))])
+    columns = [("variant", 0), ("type", 5), ("opset", 7), (c.primary_metric, 1), ("95% interval", 4),
+               ("tolerance", 6), ("size", 3), ("speed b1", 2), ("speed b32", 2)]
+    out.print(fitted_table(columns if not full else [(h, 0) for h, _ in columns], rows, title="Variants"))
+    say(f"{c.primary_metric} on the {tested:,} test examples; 95% interval: Wilson; tolerance: how far a "
+        "re-measurement may fall below it (other CPU kernels)" if tested else "")
+    if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
+        say("* measured on the data of the recipe that retrained it, not the card's test split")
     timed = [v.speed for v in c.variants.values() if v.speed]
     if timed:
         cpu = c.training.cpu
-        out.print(f"  speed: fp32's latency over the variant's (above 1x: faster), onnxruntime, {timed[0].threads} "
-                  f"thread(s), median of {timed[0].runs} runs" + (f", on {cpu.model} ({' '.join(cpu.flags)})" if cpu else ""),
-                  highlight=False)
+        threads = timed[0].threads
+        say(f"fp32's latency over the variant's (above 1x: faster), onnxruntime, {threads} "
+            f"{'thread' if threads == 1 else 'threads'}, median of {timed[0].runs} runs"
+            + (f", on {cpu.model} ({' '.join(cpu.flags)})" if cpu else ""), label="speed: ", indent="  ")
         slower = [k for k, v in c.variants.items() if v.speed and min(v.speed.batch_1.vs_fp32, v.speed.batch_32.vs_fp32) < 1]
-        for key in slower:
-            out.print(f"  {key} is slower than fp32 on this CPU: {kind_of(key, c.variants[key]).slower_because}",
-                      highlight=False)
-        out.print(f"  fastest within tolerance: batch 1 {c.fastest(1)}, batch 32 {c.fastest(32)} "
-                  f"(`zoo fetch {c.name} --fastest [--batch 32]`)", highlight=False)
+        reasons: dict[str, list[str]] = {}
+        for key in slower:  # one sentence per reason, naming every variant it applies to
+            reasons.setdefault(kind_of(key, c.variants[key]).slower_because, []).append(key)
+        for reason, keys in reasons.items():
+            say(f"{' and '.join(keys)} {'is' if len(keys) == 1 else 'are'} slower than fp32 on this CPU: {reason}",
+                indent="  ")
+        say(f"batch 1 {c.fastest(1)}, batch 32 {c.fastest(32)} (`zoo fetch {c.name} --fastest [--batch 32]`)",
+            label="fastest within tolerance: ", indent="  ")
+    summaries: dict[str, list[str]] = {}
     for key, v in c.variants.items():
-        out.print(f"  {key}: {kind_of(key, v).summary}", highlight=False)
-    out.print("[bold]Trainable on a device[/bold] " + ("every parameter" if c.trainable == ["*"] else ", ".join(c.trainable)))
+        summaries.setdefault(kind_of(key, v).summary, []).append(key)
+    for summary, keys in summaries.items():
+        say(summary, label=f"{', '.join(keys)}: ", indent="  ")
+    say("every parameter" if c.trainable == ["*"] else ", ".join(c.trainable), label="Trainable on a device ")
     t = c.training
-    out.print(f"[bold]Produced by[/bold] {t.command}" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""))
+    say(f"`{t.command}`" + (f" (recipe {t.recipe}, seed {t.seed})" if t.recipe else ""), label="Produced by ")
     if t.library_versions:
-        out.print("  " + ", ".join(f"{k} {v}" for k, v in t.library_versions.items()))
+        say(", ".join(f"{k} {v}" for k, v in t.library_versions.items()), indent="  ")
     if t.git_commit:
-        out.print(f"  commit {t.git_commit}" + (" (reproducible: `zoo reproduce " + c.name + "`)" if t.reproducible
-                                                 else " (built from uncommitted changes: not reproducible)"))
+        say(f"commit {t.git_commit}" + (f" (reproducible: `zoo reproduce {c.name}`)" if t.reproducible
+                                        else " (built from uncommitted changes: not reproducible)"), indent="  ")
     if t.cpu:
-        out.print(f"  on {t.cpu.model} ({' '.join(t.cpu.flags)}); {t.cpu.kernels or 'native kernels'}")
+        say(f"on {t.cpu.model} ({' '.join(t.cpu.flags)}); {t.cpu.kernels or 'native kernels'}", indent="  ")
     fp32 = c.variants["fp32"]
     if fp32.opset_range:
-        out.print(f"  opsets {fp32.opset_range[0]}-{fp32.opset_range[1]}: `zoo fetch {c.name} --opset N`")
+        say(f"opsets {fp32.opset_range[0]}-{fp32.opset_range[1]}: `zoo fetch {c.name} --opset N`", indent="  ")
 
 
 @app.command()
-def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+         full: bool = typer.Option(False, "--full", help="Whole sha256 values.")) -> None:
     """A model's card data and where its files are."""
     entry = catalog.get_entry(name)
     data = entry.card.model_dump(mode="json", exclude_none=True)
@@ -147,8 +212,9 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
         print(json.dumps(data, indent=2))
         return
     c = entry.card
-    print(f"{c.name}: {c.task}, {c.family}, {c.num_params:,} parameters\ncard: {entry.dir / 'card.yaml'}")
-    cache, store = ObjectCache(), repo_store()
+    say(f"{c.task}, {c.family}, {c.num_params:,} parameters", label=f"{c.name}: ")
+    say(str(entry.dir / "card.yaml"), label="card: ")
+    cache, store, mirrors = ObjectCache(), repo_store(), lfs_remote_urls()
     for key, v in c.variants.items():
         path = entry.dir / v.file
         pointer = read_pointer(path) if path.is_file() else None
@@ -160,10 +226,17 @@ def info(name: str, as_json: bool = typer.Option(False, "--json", help="Print JS
             where = f"{cache.path(pointer.oid)} (cached)"
         elif pointer is not None and store is not None and (lfs_objects(store) / object_relpath(pointer.oid)).is_file():
             where = f"{lfs_objects(store) / object_relpath(pointer.oid)} (the repository's store)"
+        elif mirrors:
+            where = (f"not on this machine{'' if store is None else ' nor in the repository store'}; `zoo fetch "
+                     f"{c.name} --variant {key}` asks the {len(mirrors)} "
+                     f"{'mirror' if len(mirrors) == 1 else 'mirrors'} configured")
         else:
-            where = f"in the stores: zoo fetch {c.name} --variant {key}"
-        print(f"{key}: sha256 {v.sha256 or '-'}\n  {where}")
-    print(f"(the whole card as JSON: zoo info {c.name} --json)")
+            where = (f"not on this machine{'' if store is None else ' nor in the repository store'}, and no mirror is "
+                     f"configured (ZOO_LFS_URL, git's lfs.url): `zoo fetch {c.name} --variant {key}` can only derive "
+                     "it from fp32 or build it")
+        say(f"sha256 {short_hash(v.sha256, full)}", label=f"{key}: ")
+        say(where, indent="  ")
+    say(f"(the whole card as JSON: `zoo info {c.name} --json`)")
 
 
 @app.command()
@@ -183,7 +256,9 @@ def fetch(
                                          "never (default: ZOO_BUILD_ON_MISS = ask | always | never; ask asks on a "
                                          "terminal and refuses elsewhere)."),
 ) -> None:
-    """Get a model's weights, verified by sha256: checkout, cache, the configured LFS stores; derived variants
+    """Get a model's weights, verified by sha256.
+
+    From the checkout, cache, the configured LFS stores; derived variants
     (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked; with --build,
     files no store has are built from the entry's recipe and verified the same way."""
     from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
@@ -203,10 +278,10 @@ def fetch(
         print(json.dumps(result.to_json(), indent=2))
         return
     card = catalog.get_card(name)
-    print(result.path)
-    print(f"  size {result.size:,} bytes  sha256 {result.sha256}  source: {result.source}")
+    print(result.path)  # alone on its line: what scripts read
+    say(f"size {result.size:,} bytes, sha256 {result.sha256}, source: {result.source}", indent="  ")
     measured = "by the local build" if result.source.startswith("rebuilt locally") else "for the card"
-    print(f"  {card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured {measured})")
+    say(f"{card.primary_metric} {_metric(result.metrics.get(card.primary_metric))} (as measured {measured})", indent="  ")
 
 
 @app.command()
@@ -216,7 +291,9 @@ def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
                                              "the repository's store, store/)."),
             derived: bool = typer.Option(False, "--derived", help="With --to: also the variants `zoo fetch` can make "
                                          "from fp32 (int8-dynamic, fp16, ort-training, other opsets).")) -> None:
-    """Put entries' built files (primaries: fp32, int8-qat, int8-ptq, retrained; test data) in the repository's store
+    """Publish entries into the repository's store or a mirror.
+
+    The primaries (fp32, int8-qat, int8-ptq, retrained) and test data go into the repository's store
     (or a mirror) and replace them with pointers in the checkout; prints the store's total size. Then commit the
     card, pointers and store together."""
     targets = catalog.list_models() if all_entries else (names or [])
@@ -247,7 +324,9 @@ def register(names: list[str] = typer.Argument(None, help="Entries to register."
              move_aliases: bool = typer.Option(False, "--move-aliases", help="Move an alias that points at a version "
                                                "holding another file (default: report it and leave it)."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Register entries in MLflow's model registry: each built ONNX variant a version of zoo.NAME (ONNX flavor,
+    """Register entries in MLflow's model registry.
+
+    Each built ONNX variant becomes a version of zoo.NAME (ONNX flavor,
     the card as tags, aliases fp32, int8-qat, ..., fastest); load one with
     mlflow.pyfunc.load_model("models:/zoo.NAME@int8-qat"). Registering twice adds nothing."""
     from zoo.registry import model_uri, register as register_entry  # lazy: mlflow + onnx; `zoo list` must not wait
@@ -282,7 +361,9 @@ def register(names: list[str] = typer.Argument(None, help="Entries to register."
 def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bare repo (default: the configured stores)."),
                 derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),
                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List the card objects a store is missing or holds corrupt (every byte is hashed); non-zero exit if any."""
+    """Check a store: the card objects it lacks or holds corrupt.
+
+    Every byte is hashed; the exit is non-zero if any is missing or corrupt."""
     stores = [store] if store else [str(s) for s in [repo_store()] if s] + lfs_remote_urls()
     if not stores:
         raise ZooError("no store configured: name one, or set ZOO_LFS_URL")
@@ -303,7 +384,9 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
 
 @app.command()
 def manifest(check: bool = typer.Option(False, help="Fail if the committed manifest differs from the cards.")) -> None:
-    """Regenerate entries/MANIFEST.json from the cards and the README's generated tables (or check them)."""
+    """Regenerate the manifest and the README's generated tables.
+
+    entries/MANIFEST.json from the cards, and the README's catalog and launcher tables (or check them)."""
     from zoo.train.parallel import matrix_markdown  # lazy: torch; only this command renders the launcher matrix
 
     path = catalog.manifest_path()
@@ -330,7 +413,9 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
                                         "(dataset, parameter count, inputs/outputs, planned variants)."),
           allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted changes "
                                            "(recorded on the card as not reproducible).")) -> None:
-    """Run entries' recipes end to end and write their cards' measured fields (from a clean, committed tree)."""
+    """Build entries from their recipes and write their cards.
+
+    Train, export, measure and write the cards' measured fields, from a clean, committed tree."""
     from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     targets = catalog.list_models() if all_entries else (names or [])
@@ -358,7 +443,9 @@ def train(ctx: typer.Context,
                                            "(they resume from the newest checkpoint)."),
           launcher: Optional[str] = typer.Option(None, help="ddp, fsdp, deepspeed, tensor_parallel or pipeline "
                                                  "(default: the one implementing the recipe's parallelism).")) -> None:
-    """Train with a recipe under torchrun, checking the recipe first: `zoo train --recipe qat-int8 --nproc-per-node 2
+    """Train with a recipe under torchrun, checking it first.
+
+    E.g. `zoo train --recipe qat-int8 --nproc-per-node 2
     steps=50`. Other options (--recipe, --model, --backend, --output-dir, --resume, --no-tracking, key=value) go to
     the launcher, as with `torchrun launchers/NAME.py`."""
     from zoo.train.launch import torchrun  # lazy: torch loads in seconds; `zoo list` and `--help` must not wait for it
@@ -368,7 +455,9 @@ def train(ctx: typer.Context,
 
 @app.command()
 def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Rebuild an entry at its card's recorded commit (temporary git worktree) and compare every file's sha256."""
+    """Rebuild an entry at its card's commit and compare sha256s.
+
+    The build runs in a temporary git worktree; every file's sha256 is compared with the card."""
     r = run_reproduce(catalog.get_entry(name), log=lambda m: err.print(m, markup=False))
     if as_json:
         print(json.dumps({"entry": r.entry, "commit": r.commit, "identical": r.identical, "comparable": r.comparable,
@@ -391,7 +480,9 @@ def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Variant(s
                                                             + ", ".join(k for k, kind in KINDS.items() if kind.made == "from-fp32")
                                                             + ") that the entry's recipe does not make, or one the card "
                                                             "declares with `recipe:` (federated retraining).")) -> None:
-    """Make variants from an entry's fetched fp32 file (no retraining) and write them into its card."""
+    """Make variants from an entry's fp32 file (no retraining).
+
+    The fp32 file is fetched; the variants are written into the entry and its card."""
     from zoo.build import export_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     for key in variant:
@@ -409,7 +500,9 @@ def import_cmd(name: str, source: str = typer.Option(..., "--from", help="Checkp
                threads: int = typer.Option(1, help="Threads per process."),
                allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Build from a tree with uncommitted "
                                                 "changes (recorded as not reproducible).")) -> None:
-    """Import an upstream BERT checkpoint as a zoo entry: parity check, fine-tune a task head, every variant."""
+    """Import an upstream BERT checkpoint as a zoo entry.
+
+    Parity check against transformers, then fine-tune a task head and make every variant."""
     from zoo.build import import_entry  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     from zoo.importer import resolve_source  # lazy: with the build
@@ -423,7 +516,9 @@ def import_cmd(name: str, source: str = typer.Option(..., "--from", help="Checkp
 def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (default: all built ones)."),
              split: str = typer.Option("test", help="Dataset split."),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Fetch a model's variants and measure their accuracy with onnxruntime, next to the card's numbers."""
+    """Measure a model's variants next to its card.
+
+    Fetch them and measure their accuracy with onnxruntime, next to the card's numbers."""
     from zoo.validate import evaluate_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     card = catalog.get_card(name)
@@ -450,7 +545,9 @@ def finetune(name: str,
              steps: int = typer.Option(200, min=1), lr: float = typer.Option(1e-3, min=0.0),
              batch_size: int = typer.Option(32, min=1), seed: int = typer.Option(0),
              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Fine-tune an entry from its fp32 ONNX alone (onnxruntime-training) and measure the new model."""
+    """Fine-tune an entry on a device, without PyTorch.
+
+    From its fp32 ONNX alone (onnxruntime-training); the new model is measured."""
     from zoo.data.shifts import load_npz, shifted_split  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
     from zoo.ondevice.finetune import finetune as run_finetune  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
     from zoo.store.fetch import fetch  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
@@ -493,7 +590,9 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
                                                             "the rest are skipped and reported."),
              reproduce_budget: float = typer.Option(0.0, help="Also rebuild from scratch (recipe reproducibility) "
                                                     "entries a store had, when their build takes at most this long.")) -> None:
-    """Re-measure every variant of every entry against its card; non-zero exit on any failure."""
+    """Re-measure every variant of every entry against its card.
+
+    The exit is non-zero on any failure."""
     from zoo.validate import markdown_report, rows_json, validate as run_validation  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
@@ -519,7 +618,9 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
 
 @app.command()
 def vocabulary() -> None:
-    """Train the langid-16k WordPiece vocabulary anew on the training split's sample and write it into the checkout
+    """Train the langid-16k WordPiece vocabulary anew.
+
+    On the training split's sample; it is written into the checkout
     (zoo/data/vocab/): a deliberate change, after which every entry trained on it is rebuilt."""
     from zoo.data.langid import write_vocabulary  # lazy: torch loads with the datasets; `zoo --help` must not wait
 
@@ -528,7 +629,9 @@ def vocabulary() -> None:
 
 @app.command()
 def docs() -> None:
-    """Generate the docs site's model pages and references from the cards (then `mkdocs build`)."""
+    """Generate the docs site's pages from the cards.
+
+    Model pages and references (then `mkdocs build`)."""
     from zoo.docs import generate  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
 
     for path in generate():
@@ -553,7 +656,9 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
                                                                        "unfinished request before it is closed."),
           access_log: str = typer.Option("-", help="Request log: a file, or - for standard error."),
           no_ranges: bool = typer.Option(False, help="Answer without HTTP Range support (plain giftless).")) -> None:
-    """Serve an LFS mirror with giftless: anonymous read, uploads with a token (`--issue-token` mints one)."""
+    """Serve an LFS mirror (giftless) on this machine.
+
+    Anonymous read, uploads with a token (`--issue-token` mints one)."""
     secret = load_secret(secret_file)
     if issue_token:
         if secret is None:
