@@ -224,6 +224,12 @@ def test_cli_reads_as_a_user_expects():
     info = zoo_cli("info", "bert-tiny", check=True).stdout
     assert info.startswith("bert-tiny: language-identification") and "zoo info bert-tiny --json" in info
     assert json.loads(zoo_cli("info", "bert-tiny", "--json", check=True).stdout)["name"] == "bert-tiny"
+    # An entry nobody has built: one line naming both routes, the build with what it would cost and on what.
+    unbuilt = zoo_cli("fetch", "bert-base")
+    lines = unbuilt.stderr.strip().splitlines()
+    assert unbuilt.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: model 'bert-base'"), lines
+    assert "`zoo build bert-base` (training compute about" in lines[0] and " hours on " in lines[0]
+    assert "`zoo import bert-base --from <checkpoint dir>`" in lines[0] and "(s)" not in lines[0]
 
 
 def test_help_lists_flags_without_type_noise():

@@ -26,7 +26,7 @@ from zoo.config import REPO_ROOT, entries_dir
 from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
 from zoo.evaluate import SPEED_BATCHES, predict, timings
-from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text
+from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text, plural
 from zoo.importer import convert, read_checkpoint, resolve_source
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
@@ -109,7 +109,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
     for key, spec in declared.items():  # the card's other kinds, made from the new fp32 file (training's threads)
         raw["variants"][key] = make_variant(key, spec, fp32, entry_dir, origin, log, env)
     raw["training"]["build_time_s"] = round(time.perf_counter() - started, 1)
-    log(f"[{name}] measuring every variant's latency side by side ({threads} thread(s), batch 1 and 32)")
+    log(f"[{name}] measuring every variant's latency side by side ({plural(threads, 'thread')}, batch 1 and 32)")
     _write_speed(raw["variants"], entry_dir, summary.dataset, threads)
     card = parse_card(raw, str(card_path))  # validate before anything is written
     atomic_write_text(card_path, dump_card(card))

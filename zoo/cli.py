@@ -19,7 +19,7 @@ from rich.text import Text
 from zoo import catalog
 from zoo.config import REPO_STORE, lfs_remote_urls, repo_store
 from zoo.errors import ZooError
-from zoo.fsutil import atomic_write_text, human_size
+from zoo.fsutil import atomic_write_text, human_size, plural
 from zoo.metrics import wilson_interval
 from zoo.provenance import tree_state
 from zoo.reproduce import reproduce as run_reproduce
@@ -270,7 +270,7 @@ def fetch(
         variant = c.fastest(batch)
         timing = c.variants[variant].speed.at(batch)
         err.print(f"fastest at batch {batch}: {variant} ({timing.median_ms:.3g} ms, {timing.vs_fp32:.2f}x fp32's speed "
-                  f"with {c.variants[variant].speed.threads} thread(s) on {c.training.cpu.model if c.training.cpu else 'the build CPU'})",
+                  f"with {plural(c.variants[variant].speed.threads, 'thread')} on {c.training.cpu.model if c.training.cpu else 'the build CPU'})",
                   markup=False, highlight=False)
     result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
                            opset=opset, build=build)
@@ -701,7 +701,10 @@ def main() -> None:
     except ZooError as exc:
         if "--json" in sys.argv[1:] and not watched.used:  # a caller reading JSON gets JSON, failures included
             print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        if err.is_terminal:  # a person reads it: wrapped at word boundaries, never inside a command
+            say(str(exc), label="error: ", console=err)
+        else:  # a log or a script: one line, whole
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise SystemExit(exc.exit_code) from None
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import inspect
 import json
-import math
 import re
 import types
 import typing
@@ -25,12 +24,12 @@ from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.config import REPO_ROOT
 from zoo.data import load_dataset
-from zoo.fsutil import atomic_write_text, human_size
+from zoo.fsutil import atomic_write_text, human_size, plural
 from zoo.metrics import wilson_interval
-from zoo.models import build_model
+from zoo.models import build_model, model_spec
 from zoo.recipes import Recipe, load_recipe
 from zoo.registry import model_name, model_uri, registrable
-from zoo.store.rebuild import buildable
+from zoo.store.rebuild import build_estimate, buildable, planned_processes
 from zoo.variants import KINDS, kind_of
 
 matplotlib.use("Agg")  # files only, never a window
@@ -47,12 +46,6 @@ LAUNCHERS = [  # {n}: the number of processes
      "tensor_parallel_plan"),
     ("pipeline", "torchrun --nproc_per_node {n} launchers/pipeline.py", " parallelism.strategy=pp", "pipeline_blocks"),
 ]
-
-
-def planned_processes(command: str) -> int:
-    """The process count of a card's training command (torchrun --nproc_per_node), 1 when it names none."""
-    found = re.search(r"--nproc_per_node[= ](\d+)", command)
-    return int(found[1]) if found else 1
 
 
 def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
@@ -129,7 +122,7 @@ def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
             low, high = wilson_interval(metric, tested) if tested else (metric, metric)
             ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=[[metric - low], [high - metric]], fmt="o",
                         capsize=3, label=key)  # the interval as it is: never above 1
-        ax.set(xlabel=f"onnxruntime latency, batch 32, {next(iter(timed.values())).speed.threads} thread(s) (ms)",
+        ax.set(xlabel=f"onnxruntime latency, batch 32, {plural(next(iter(timed.values())).speed.threads, 'thread')} (ms)",
                ylabel=card.primary_metric,
                title=f"{card.name}: accuracy (95% CI) vs latency")
         ax.legend()
@@ -138,37 +131,6 @@ def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
         plt.close(fig)
         images.append(f"![accuracy vs latency](img/{card.name}-tradeoff.png)")
     return images
-
-
-def training_flops(card: ModelCard) -> float | None:
-    """Training compute of the card's recipe, 6 x parameters x tokens (Kaplan et al. 2020), QAT steps included."""
-    if not card.training.recipe:
-        return None
-    recipe = load_recipe(card.training.recipe, model=card.architecture)
-    examples = (recipe.steps * recipe.global_batch_size if recipe.steps
-                else recipe.epochs * card.dataset.splits.get("train", 0))
-    if recipe.quantization.scheme == "qat-int8":
-        examples += recipe.quantization.qat_steps * recipe.global_batch_size
-    tokens = 1
-    for dim in card.inputs[0].shape:
-        tokens *= dim if isinstance(dim, int) else 1
-    return 6.0 * card.num_params * examples * tokens
-
-
-def build_estimate(card: ModelCard, others: dict) -> str:
-    """An unbuilt entry's build time, scaled by training compute from the largest built entry of its family."""
-    flops = training_flops(card)
-    refs = [(training_flops(e.card), e.card) for e in others.values()
-            if e.card.family == card.family and e.card.training.build_time_s and e.card.name != card.name]
-    refs = [(f, ref) for f, ref in refs if f]
-    if not flops or not refs:
-        return f"training compute about {flops / 1e15:.1f} PFLOP (6 x parameters x tokens)" if flops else ""
-    ref_flops, ref = max(refs, key=lambda r: r[0])
-    cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
-    return (f"training compute about {flops / 1e15:.2f} PFLOP (6 x parameters x tokens), {flops / ref_flops:.0f}x "
-            f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
-            f"{planned_processes(ref.training.command)} process(es) x {ref.training.threads} thread(s): about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} "
-            "hours on that CPU, scaled by compute (GPUs are many times faster)")
 
 
 def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, others: dict | None = None,
@@ -182,8 +144,8 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         lines += ["!!! warning \"Not built yet\"", "    No weights of this entry are published, so `zoo fetch` has "
                   f"nothing to give and the table below lists planned variants. Build it with `zoo build {c.name}` "
                   f"(planned run: `{c.training.command}`)"
-                  + (f" or import an upstream checkpoint with `zoo import {c.name} --from <checkpoint dir>`"
-                     if c.training.imported_from or c.family == "bert" else "")
+                  + (f" or import {imports} with `zoo import {c.name} --from <checkpoint dir>`"
+                     if (imports := model_spec(c.architecture).imports) else "")
                   + (f"; {estimate}" if estimate else "") + ".", ""]
     lines += ["## Variants", "",
              f"| variant | type | opset | {c.primary_metric} (test, 95% CI) | validation | latency b1 / b32 (ms) | "
@@ -245,7 +207,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
               + (f", seed {c.training.seed}" if c.training.seed is not None else "")
-              + (f", {c.training.threads} thread(s) per process" if c.training.threads else "")
+              + (f", {plural(c.training.threads, 'thread')} per process" if c.training.threads else "")
               + (f", in {c.training.build_time_s:.0f} s" if c.training.build_time_s else "")
               + (f" on {c.training.cpu.model} ({', '.join(c.training.cpu.flags)})" if c.training.cpu else "")
               + (f", at commit `{c.training.git_commit}` (`zoo reproduce {c.name}` rebuilds it)"
@@ -373,7 +335,7 @@ def speed_section(c: ModelCard) -> list[str]:
     first = next(iter(timed.values())).speed
     cpu = c.training.cpu
     lines = ["", "### Which variant to use", "",
-             f"Latency: onnxruntime on the CPU, {first.threads} thread(s), median (and p90 on the card) of "
+             f"Latency: onnxruntime on the CPU, {plural(first.threads, 'thread')}, median (and p90 on the card) of "
              f"{first.runs} runs after a warm-up, every variant side by side in one run"
              + (f", on {cpu.model} ({', '.join(cpu.flags)})" if cpu else "") + ". Speed vs fp32 is fp32's median "
              "over the variant's: above 1x is faster. Other CPUs differ (int8 gains most with AVX-512 VNNI or "
@@ -460,7 +422,7 @@ def index_page(entries: dict, validation: dict) -> str:
         cpus = sorted({c.training.cpu.model for c in timed if c.training.cpu})
         threads = sorted({c.variants["fp32"].speed.threads for c in timed})
         lines += ["", f"Accuracy: each card's test split. Latency and speed: onnxruntime in each card's `zoo build`, "
-                      f"{'/'.join(map(str, threads))} thread(s), median of 30 runs, on {', '.join(cpus) or 'the build CPU'} "
+                      f"{'/'.join(map(str, threads))} {'thread' if threads == [1] else 'threads'}, median of 30 runs, on {', '.join(cpus) or 'the build CPU'} "
                       "(ISA flags on each model's page)."]
     if validation:
         lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "

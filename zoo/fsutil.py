@@ -79,3 +79,8 @@ def human_size(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def plural(n: int, word: str) -> str:
+    """`1 thread`, `2 threads`, `1 process`, `2 processes`."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}{'es' if word.endswith(('s', 'sh', 'ch', 'x')) else 's'}"

@@ -40,6 +40,9 @@ class BertConfig:
 
 
 # The standard sizes (Turc et al. 2019 "Well-Read Students Learn Better" for the small ones; Devlin et al. 2019 base).
+# What `zoo import` converts into a BERT entry (zoo.importer): a transformers BertModel checkpoint folder.
+UPSTREAM = "a Hugging Face BERT checkpoint (`--from hf:<repo id>` from the local hub cache, or a folder)"
+
 SIZES = {
     "bert-tiny": BertConfig(2, 128, 2, 512),
     "bert-mini": BertConfig(4, 256, 4, 1024),
@@ -244,7 +247,7 @@ class _HeadStage(nn.Module):
 
 
 def _register(name: str, config: BertConfig) -> None:
-    @register_model(name, family="bert", dataset=TRAINED)
+    @register_model(name, family="bert", dataset=TRAINED, imports=UPSTREAM)
     def builder(num_classes: int = 8, pooling: str = "cls", vocab_size: int = config.vocab_size) -> nn.Module:
         return BertClassifier(replace(config, vocab_size=vocab_size), num_classes, pooling)
 
@@ -255,7 +258,7 @@ for _name, _config in SIZES.items():
     _register(_name, _config)
 
 
-@register_model("bert", family="bert", dataset="langid")
+@register_model("bert", family="bert", dataset="langid", imports=UPSTREAM)
 def bert_custom(num_classes: int = 8, pooling: str = "cls", **config) -> nn.Module:
     """Any BERT shape, from config keys (num_hidden_layers, hidden_size, ...): for imported checkpoints, which keep
     their upstream (English-uncased) vocabulary."""

@@ -14,14 +14,16 @@ class ModelSpec:
     family: str
     builder: Callable[..., torch.nn.Module]
     dataset: str  # the dataset its recipes train on by default
+    # The upstream checkpoints `zoo import` converts into it (None: none; an entry of it is trained from scratch).
+    imports: str | None = None
 
 
 REGISTRY: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, family: str, dataset: str):
+def register_model(name: str, family: str, dataset: str, imports: str | None = None):
     def decorate(builder: Callable[..., torch.nn.Module]):
-        REGISTRY[name] = ModelSpec(name, family, builder, dataset)
+        REGISTRY[name] = ModelSpec(name, family, builder, dataset, imports)
         return builder
 
     return decorate

@@ -20,14 +20,14 @@ from typing import NamedTuple
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from zoo.catalog import Entry, get_entry
+from zoo.catalog import Entry, entries, get_entry
 from zoo.config import lfs_remote_urls, repo_store
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUnreachableError, ZooError
 from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import last_commit, machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
-from zoo.store.rebuild import build_on_miss, build_took, buildable, local_build, plan
+from zoo.store.rebuild import build_estimate, build_on_miss, build_took, buildable, local_build, plan
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 from zoo.variants import kind_of, made_from_fp32
 
@@ -165,7 +165,8 @@ def fetch(
         return _deliver(_fetch_opset(entry, opset, remotes, show_progress, rate_limit, build), dest)
     spec = entry.variant(variant)
     if not spec.built:
-        raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet.{build_hint(entry)}")
+        raise ObjectNotFoundError(f"model '{name}' variant '{variant}' has not been built or published yet; "
+                                  f"{unbuilt_routes(entry)}")
     pointer = Pointer(spec.sha256, spec.size)
     path, source, resumed_from, skipped = _fetch_or_derive(entry, variant, None, pointer, f"{name} {variant}",
                                                            entry.variant_path(variant), remotes, show_progress,
@@ -281,6 +282,25 @@ def publish_hint(entry: Entry, remotes: list[str] | None = None) -> str:
     commit = last_commit(entry.dir / "card.yaml")
     return (f"\nThe repository's store should hold it: commit {commit[:12]} (the card's last change) should have "
             f"published it with `zoo publish {entry.name}`." if commit else "")
+
+
+def unbuilt_routes(entry: Entry) -> str:
+    """The ways to get an entry nobody has built: its recipe (with what that costs) and, for architectures that
+    take one, an upstream checkpoint."""
+    from zoo.models import model_spec  # lazy: torch; only this message about an unbuilt entry needs the registry
+
+    try:  # what it costs, when the recipe and the family's built entries say
+        estimate = build_estimate(entry.card, entries())
+    except ZooError:
+        estimate = ""
+    routes = [f"build it from its recipe with `zoo build {entry.name}`" + (f" ({estimate})" if estimate else "")]
+    try:
+        imports = model_spec(entry.card.architecture).imports
+    except ZooError:  # an architecture this checkout does not define: `zoo build` will say so
+        imports = None
+    if imports:
+        routes.append(f"import {imports} with `zoo import {entry.name} --from <checkpoint dir>`")
+    return "; or ".join(routes) + "."
 
 
 def build_hint(entry: Entry) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,9 +37,9 @@ from zoo.cards import ModelCard
 from zoo.catalog import Entry
 from zoo.config import zoo_home
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
-from zoo.fsutil import atomic_copy, atomic_write_text
+from zoo.fsutil import atomic_copy, atomic_write_text, plural
 from zoo.provenance import build_environment, cpu_info, machine_differences
-from zoo.recipes import entry_training_command
+from zoo.recipes import entry_training_command, load_recipe
 from zoo.reproduce import card_worktree, require_card_commit
 from zoo.store.cache import ObjectCache
 from zoo.store.pointer import Pointer, pointer_for, sha256_file
@@ -87,12 +88,50 @@ def buildable(card: ModelCard) -> bool:
     return bool(t.git_commit) and t.reproducible is not False and training_command(card) is not None
 
 
+def planned_processes(command: str) -> int:
+    """The process count of a card's training command (torchrun --nproc_per_node), 1 when it names none."""
+    found = re.search(r"--nproc_per_node[= ](\d+)", command)
+    return int(found[1]) if found else 1
+
+
+def training_flops(card: ModelCard) -> float | None:
+    """Training compute of the card's recipe, 6 x parameters x tokens (Kaplan et al. 2020), QAT steps included."""
+    if not card.training.recipe:
+        return None
+    recipe = load_recipe(card.training.recipe, model=card.architecture)
+    examples = (recipe.steps * recipe.global_batch_size if recipe.steps
+                else recipe.epochs * card.dataset.splits.get("train", 0))
+    if recipe.quantization.scheme == "qat-int8":
+        examples += recipe.quantization.qat_steps * recipe.global_batch_size
+    tokens = 1
+    for dim in card.inputs[0].shape:
+        tokens *= dim if isinstance(dim, int) else 1
+    return 6.0 * card.num_params * examples * tokens
+
+
+def build_estimate(card: ModelCard, others: dict) -> str:
+    """An unbuilt entry's build time, scaled by training compute from the largest built entry of its family."""
+    flops = training_flops(card)
+    refs = [(training_flops(e.card), e.card) for e in others.values()
+            if e.card.family == card.family and e.card.training.build_time_s and e.card.name != card.name]
+    refs = [(f, ref) for f, ref in refs if f]
+    if not flops or not refs:
+        return f"training compute about {flops / 1e15:.1f} PFLOP (6 x parameters x tokens)" if flops else ""
+    ref_flops, ref = max(refs, key=lambda r: r[0])
+    cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
+    return (f"training compute about {flops / 1e15:.2f} PFLOP (6 x parameters x tokens), {flops / ref_flops:.0f}x "
+            f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
+            f"{plural(planned_processes(ref.training.command), 'process')} x {plural(ref.training.threads or 1, 'thread')}: "
+            f"about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} hours on that CPU, scaled by compute "
+            "(no GPU build has been measured)")
+
+
 def build_took(training) -> str:
     """How long the card says its build took, on what (the hints and the build-on-miss plan say it)."""
     if not training.build_time_s:
         return "the card records no build time"
     return (f"the card's build took {training.build_time_s:.0f} s on "
-            f"{training.cpu.model if training.cpu else 'its CPU'} ({training.threads or 1} thread(s) per process)")
+            f"{training.cpu.model if training.cpu else 'its CPU'} ({plural(training.threads or 1, 'thread')} per process)")
 
 
 def plan(entry: Entry) -> str:

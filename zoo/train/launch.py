@@ -20,7 +20,7 @@ from rich.table import Table
 
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
-from zoo.fsutil import atomic_write_text
+from zoo.fsutil import atomic_write_text, plural
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
 from zoo.train.distributed import init_distributed, resolve_backend, shutdown
@@ -188,7 +188,7 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
 
 def _report(summary: RunSummary, output_dir: Path) -> None:
     table = Table("variant", "file", "opset", "accuracy", "drop vs fp32", "int8 kernels",
-                  title=f"{summary.model} / {summary.recipe} ({summary.world_size} process(es), {summary.backend})")
+                  title=f"{summary.model} / {summary.recipe} ({plural(summary.world_size, 'process')}, {summary.backend})")
     for key, v in summary.variants.items():
         drop = v.accuracy_drop
         table.add_row(key, v.file, str(v.opset), f"{v.accuracy:.4f}", "-" if drop is None else f"{drop:+.4f}",
