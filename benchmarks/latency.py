@@ -19,6 +19,7 @@ import json
 import sys
 import tempfile
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,32 +29,13 @@ from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, kernel_counts, op_profile, timings  # noqa: E402
-from zoo.export import optimize_transformer  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.provenance import cpu_info  # noqa: E402
-from zoo.store.fetch import fetch  # noqa: E402
-from zoo.variants import kind_of  # noqa: E402
+from zoo.provenance import cpu_info, current_versions  # noqa: E402
+from zoo.bench import FUSED, files  # noqa: E402
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
 MAX_DROP = 0.005  # ... losing at most half a point of accuracy
 QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
-FUSED = "fp32-fused"
-
-
-def files(name: str, tmp: Path) -> dict[str, Path]:
-    card = catalog.get_card(name)
-    paths = {}
-    for key, variant in card.variants.items():
-        if not (variant.built and kind_of(key, variant).inference):
-            continue
-        try:
-            paths[key] = fetch(name, key, show_progress=False).path
-        except ZooError as exc:
-            print(f"skip {name} {key}: {exc}", file=sys.stderr)
-    if card.family == "bert" and "fp32" in paths:
-        optimize_transformer(paths["fp32"], tmp / f"{name}.fused.onnx")
-        paths = {"fp32": paths["fp32"], FUSED: tmp / f"{name}.fused.onnx", **paths}
-    return paths
 
 
 def share(profile: dict[str, float], ops: set[str]) -> float:
@@ -80,18 +62,23 @@ def main() -> None:
     args = parser.parse_args()
     cpu = cpu_info()
     label = f"{cpu['model']} ({', '.join(cpu['flags'])})"
-    results: dict = {"cpu": cpu, "runs": args.runs, "batches": list(SPEED_BATCHES), "entries": {}}
+    results: dict = {"cpu": cpu, "runs": args.runs, "batches": list(SPEED_BATCHES), "libraries": current_versions(),
+                     "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "entries": {}}
     profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "entries": {}}
     with tempfile.TemporaryDirectory(prefix="zoo-latency-") as tmp:
         for name in args.names or list(catalog.entries()):
             card = catalog.get_card(name)
-            paths = files(name, Path(tmp))
-            if "fp32" not in paths:
+            try:  # the card's files, fetched and verified; fp32-fused beside fp32 for transformers
+                named = files(name, Path(tmp))
+            except ZooError as exc:
+                print(f"skip {name}: {exc}", file=sys.stderr)
                 continue
+            paths = {k: path for k, (path, _) in named.items()}
             x = load_dataset(card.dataset.name).test.x.numpy()
             measured = {t: timings(paths, x, SPEED_BATCHES, t, args.runs) for t in args.threads}
             accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths}
-            results["entries"][name] = {"family": card.family, "accuracy": accuracy, "threads": {
+            results["entries"][name] = {"family": card.family, "accuracy": accuracy,
+                                        "sha256": {k: sha for k, (_, sha) in named.items()}, "threads": {
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
                          for k, m in per.items()} for t, per in measured.items()}}
             if card.family == "bert":
@@ -116,15 +103,18 @@ def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
 
 def report(results: dict, label: str, profiles: dict) -> str:
     lines = ["# onnxruntime latency, every variant side by side", "",
-             f"Measured on {label}; median and p90 of {results['runs']} runs after a warm-up, files interleaved round by "
+             f"Measured on {label} on {results.get('date', 'an unrecorded date')} with "
+             + ", ".join(f"{k} {v}" for k, v in results.get("libraries", {}).items())
+             + f"; each file is named by its sha256 (the card's). Median and p90 of {results['runs']} runs after a "
+             "warm-up, files interleaved round by "
              f"round; speed = the faster fp32's median over the variant's (above 1x: faster). `{FUSED}` is fp32 after "
              "onnxruntime's transformer optimizer (Attention, SkipLayerNormalization and BiasGelu fused).", ""]
     goal_rows = []
     for name, entry in results["entries"].items():
         for threads, per in entry["threads"].items():
-            lines += [f"## {name}, {threads} thread(s)", "",
-                      "| variant | accuracy | b1 median (ms) | b1 p90 | b1 speed | b32 median (ms) | b32 p90 | b32 speed |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [f"## {name}, {threads} {'thread' if threads == '1' else 'threads'}", "",
+                      "| variant | sha256 | accuracy | b1 median (ms) | b1 p90 | b1 speed | b32 median (ms) | b32 p90 | "
+                      "b32 speed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for key, timing in per.items():
                 cells = []
                 for b in ("1", "32"):
@@ -132,7 +122,8 @@ def report(results: dict, label: str, profiles: dict) -> str:
                     cells += [f"{timing[b]['median_ms']:.3f}", f"{timing[b]['p90_ms']:.3f}",
                               f"{best / timing[b]['median_ms']:.2f}x"]
                 acc = entry["accuracy"][key]
-                lines.append(f"| {key} | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
+                sha = entry.get("sha256", {}).get(key) or "(made from fp32 here)"
+                lines.append(f"| {key} | `{sha[:12]}` | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
             lines.append("")
             if entry["family"] == "bert" and "int8-qat" in per:
                 for b in ("1", "32"):

@@ -235,3 +235,21 @@ def test_cli_reads_as_a_user_expects():
 def test_help_lists_flags_without_type_noise():
     shown = zoo_cli("fetch", "--help", check=True).stdout
     assert "--fastest" in shown and "--json" in shown and "<bool>" not in shown
+
+
+def test_bench_times_the_cards_files_on_this_machine():
+    """`zoo bench`: every ONNX variant of the card's files (named by their sha256) timed side by side here."""
+    report = json.loads(zoo_cli("bench", "digits-cnn", "--runs", "3", "--batch", "1", "--batch", "8", "--json",
+                                check=True).stdout)
+    card = catalog.get_card("digits-cnn")
+    files = {r["variant"]: r for r in report["files"]}
+    assert set(files) == {k for k, v in card.variants.items() if v.built and k != "ort-training"}
+    for key, row in files.items():
+        assert row["sha256"] == card.variants[key].sha256 and row["accuracy"] == card.metric(key)
+        assert all(row["median_ms"][b] > 0 for b in ("1", "8")), row
+    assert files["fp32"]["speed"]["1"] == 1.0 and report["threads"] == 1 and report["cpu"]["model"]
+    assert report["libraries"]["onnxruntime"] and report["date"]
+    shown = zoo_cli("bench", "digits-cnn", "--variant", "int8-qat", "--runs", "2", check=True).stdout
+    assert "int8-qat" in shown and card.variants["int8-qat"].sha256[:12] in shown and "1 thread" in shown
+    bad = zoo_cli("bench", "digits-cnn", "--variant", "ort-training")
+    assert bad.returncode == 1 and "no built ONNX variant ort-training" in bad.stderr and "Traceback" not in bad.stderr

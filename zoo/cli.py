@@ -357,6 +357,37 @@ def register(names: list[str] = typer.Argument(None, help="Entries to register."
                        "pass --move-aliases to move them")
 
 
+@app.command()
+def bench(name: str,
+          variant: list[str] = typer.Option(None, help="Only these variants (fp32 is always timed beside them)."),
+          threads: int = typer.Option(1, help="onnxruntime intra-op threads."),
+          batch: list[int] = typer.Option(None, help="Batch sizes (default: 1 and 32)."),
+          runs: int = typer.Option(30, help="Timed runs per file and batch, after a warm-up."),
+          full: bool = typer.Option(False, "--full", help="Whole sha256 values."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Time an entry's variants side by side on this machine.
+
+    The card's files (fetched, verified) in onnxruntime, interleaved round by round: median and p90 latency and the
+    speed over the faster fp32 (for transformers fp32 after onnxruntime's optimizer too), with the CPU named."""
+    from zoo.bench import bench as run_bench  # lazy: torch + onnxruntime; `zoo list` and `--help` must not wait
+
+    report = run_bench(name, variant or None, threads, tuple(batch or (1, 32)), runs)
+    if as_json:
+        print(json.dumps({**report, "files": [r.__dict__ for r in report["files"]]}, indent=2))
+        return
+    cpu = report["cpu"]
+    say(f"{cpu['model']} ({' '.join(cpu['flags'])}), onnxruntime {report['libraries'].get('onnxruntime', '?')}, "
+        f"{plural(threads, 'thread')}, median of {runs} runs, {report['date']}", label=f"{name} on ")
+    columns = [("variant", 0), ("sha256", 4), ("accuracy", 3)]
+    for b in report["batches"]:
+        columns += [(f"b{b} ms", 1), (f"b{b} p90", 5), (f"b{b} speed", 2)]
+    rows = [[r.variant, short_hash(r.sha256, full) if r.sha256 else "(made here)", _metric(r.accuracy),
+             *(cell for b in report["batches"] for cell in (f"{r.median_ms[b]:.3f}", f"{r.p90_ms[b]:.3f}",
+                                                             f"{r.speed[b]:.2f}x"))] for r in report["files"]]
+    out.print(fitted_table(columns, rows))
+    say("speed: the faster fp32's median over the variant's (above 1x: faster); accuracy: the card's")
+
+
 @app.command("check-store")
 def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bare repo (default: the configured stores)."),
                 derived: bool = typer.Option(False, "--derived", help="Also expect the derived variants."),

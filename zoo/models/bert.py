@@ -247,7 +247,7 @@ class _HeadStage(nn.Module):
 
 
 def _register(name: str, config: BertConfig) -> None:
-    @register_model(name, family="bert", dataset=TRAINED, imports=UPSTREAM)
+    @register_model(name, family="bert", dataset=TRAINED, imports=UPSTREAM, transformer=True)
     def builder(num_classes: int = 8, pooling: str = "cls", vocab_size: int = config.vocab_size) -> nn.Module:
         return BertClassifier(replace(config, vocab_size=vocab_size), num_classes, pooling)
 
@@ -258,7 +258,7 @@ for _name, _config in SIZES.items():
     _register(_name, _config)
 
 
-@register_model("bert", family="bert", dataset="langid", imports=UPSTREAM)
+@register_model("bert", family="bert", dataset="langid", imports=UPSTREAM, transformer=True)
 def bert_custom(num_classes: int = 8, pooling: str = "cls", **config) -> nn.Module:
     """Any BERT shape, from config keys (num_hidden_layers, hidden_size, ...): for imported checkpoints, which keep
     their upstream (English-uncased) vocabulary."""

@@ -16,14 +16,16 @@ class ModelSpec:
     dataset: str  # the dataset its recipes train on by default
     # The upstream checkpoints `zoo import` converts into it (None: none; an entry of it is trained from scratch).
     imports: str | None = None
+    # A transformer encoder: onnxruntime's transformer optimizer fuses its fp32 graph (attention, layer norms).
+    transformer: bool = False
 
 
 REGISTRY: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, family: str, dataset: str, imports: str | None = None):
+def register_model(name: str, family: str, dataset: str, imports: str | None = None, transformer: bool = False):
     def decorate(builder: Callable[..., torch.nn.Module]):
-        REGISTRY[name] = ModelSpec(name, family, builder, dataset, imports)
+        REGISTRY[name] = ModelSpec(name, family, builder, dataset, imports, transformer)
         return builder
 
     return decorate

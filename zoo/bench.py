@@ -1,0 +1,79 @@
+"""`zoo bench`: an entry's variants timed side by side on this machine, each file named by its sha256.
+
+The same measurement as the cards' speed figures and benchmarks/latency.py (zoo.evaluate.timings: sessions warmed
+up, files interleaved round by round, median and p90), on the verified files a user fetches; for a transformer the
+fp32 file after onnxruntime's transformer optimizer ("fp32-fused") is timed beside them, so int8 is compared with
+fp32 at its best.
+"""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from zoo import catalog
+from zoo.data import load_dataset
+from zoo.errors import ZooError
+from zoo.evaluate import timings
+from zoo.export import optimize_transformer
+from zoo.models import model_spec
+from zoo.provenance import cpu_info, current_versions
+from zoo.store.fetch import fetch
+from zoo.variants import kind_of
+
+FUSED = "fp32-fused"
+
+
+@dataclass
+class Timed:
+    variant: str
+    sha256: str  # of the file timed ("" for fp32-fused: made here from fp32)
+    accuracy: float | None  # the card's
+    median_ms: dict[int, float] = field(default_factory=dict)  # batch -> median
+    p90_ms: dict[int, float] = field(default_factory=dict)
+    speed: dict[int, float] = field(default_factory=dict)  # batch -> the faster fp32's median over this one's
+
+
+def files(name: str, scratch: Path, variants: list[str] | None = None) -> dict[str, tuple[Path, str]]:
+    """variant -> (verified file, sha256) of the entry's ONNX inference variants (all built ones, or `variants`),
+    with fp32 and, for a transformer, fp32-fused."""
+    card = catalog.get_card(name)
+    timed = [k for k, v in card.variants.items() if v.built and kind_of(k, v).inference]
+    unknown = [v for v in variants or [] if v not in timed]
+    if unknown:
+        raise ZooError(f"'{name}' has no built ONNX variant {', '.join(unknown)}; it has {', '.join(timed)}")
+    keys = ["fp32", *(k for k in (variants or timed) if k != "fp32")]
+    paths = {k: (fetch(name, k, show_progress=False).path, card.variants[k].sha256) for k in keys}
+    if model_spec(card.architecture).transformer:
+        fused = scratch / f"{name}.fused.onnx"
+        optimize_transformer(paths["fp32"][0], fused)
+        paths = {"fp32": paths["fp32"], FUSED: (fused, ""), **paths}
+    return paths
+
+
+def bench(name: str, variants: list[str] | None = None, threads: int = 1, batches: tuple[int, ...] = (1, 32),
+          runs: int = 30, scratch: Path | None = None) -> dict:
+    """Time the entry's variants side by side here; returns the report (machine, libraries, date and each file)."""
+    card = catalog.get_card(name)
+    if threads < 1 or runs < 1 or not batches or min(batches) < 1:
+        raise ZooError("--threads, --runs and --batch take positive numbers")
+    x = load_dataset(card.dataset.name).test.x.numpy()
+    if max(batches) > len(x):
+        raise ZooError(f"--batch {max(batches)}: the test split of '{name}' has {len(x)} examples")
+    with tempfile.TemporaryDirectory(prefix="zoo-bench-", dir=scratch) as tmp:
+        paths = files(name, Path(tmp), variants)
+        measured = timings({k: p for k, (p, _) in paths.items()}, x, batches, threads, runs)
+    rows = []
+    for key, (_, sha) in paths.items():
+        row = Timed(key, sha, card.metric("fp32" if key == FUSED else key))
+        for batch in batches:
+            best = min(measured[k][batch][0] for k in ("fp32", FUSED) if k in measured)
+            row.median_ms[batch], row.p90_ms[batch] = measured[key][batch]
+            row.speed[batch] = best / measured[key][batch][0]
+        rows.append(row)
+    return {"entry": name, "cpu": cpu_info(), "threads": threads, "runs": runs, "batches": list(batches),
+            "libraries": current_versions(), "python": platform.python_version(),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": rows}
