@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:e5f12e2492c97c0791cbb94d59f97c2c21c91bc3755d1d5960bee6c999869ae9
+oid sha256:37b42bd9ad48010872a409dafc412ef7423fadf2c750b380f9d0a32f2e13523d
 size 529
