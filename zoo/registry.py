@@ -10,8 +10,10 @@ twice adds nothing; an alias already pointing at another sha256 is reported and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +151,9 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
         model = onnx.load(str(path), load_external_data=False)
         if run_id is None:
             mlflow.set_experiment(EXPERIMENT)
-        with mlflow.start_run(run_id=run_id, run_name=None if run_id else f"register {name} {key}"):
+        # MLflow prints a link to the run on stdout when the run ends: stdout is the command's answer (--json).
+        with contextlib.redirect_stdout(sys.stderr), \
+                mlflow.start_run(run_id=run_id, run_name=None if run_id else f"register {name} {key}"):
             info = mlflow.onnx.log_model(model, name=f"{name}-{key}", signature=signature, input_example=example,
                                          save_as_external_data=False, registered_model_name=registered_name,
                                          pip_requirements=requirements)
