@@ -64,7 +64,8 @@ def main() -> None:
     label = f"{cpu['model']} ({', '.join(cpu['flags'])})"
     results: dict = {"cpu": cpu, "runs": args.runs, "batches": list(SPEED_BATCHES), "libraries": current_versions(),
                      "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "entries": {}}
-    profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "entries": {}}
+    profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "libraries": results["libraries"], "date": results["date"],
+                      "entries": {}}
     with tempfile.TemporaryDirectory(prefix="zoo-latency-") as tmp:
         for name in args.names or list(catalog.entries()):
             card = catalog.get_card(name)
@@ -82,8 +83,8 @@ def main() -> None:
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
                          for k, m in per.items()} for t, per in measured.items()}}
             if card.family == "bert":
-                profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p)}
-                                             for k, p in paths.items()}
+                profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p),
+                                                 "sha256": named[k][1]} for k, p in paths.items()}
             print(f"measured {name}", file=sys.stderr)
     out = ROOT / "benchmarks" / "results"
     atomic_write_text(out / "latency.json", json.dumps(results, indent=2) + "\n")

@@ -1,0 +1,59 @@
+"""The committed benchmark reports describe the files a user downloads: each measured file is named by the sha256 of
+the current card, with the machine, libraries and date it was measured on, and no published entry is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import REPO
+from tests.test_repo_store import AWAITING_PUBLICATION
+from zoo import catalog
+from zoo.models import model_spec
+from zoo.variants import kind_of
+
+RESULTS = REPO / "benchmarks" / "results"
+CARDS = catalog.entries(REPO / "zoo" / "entries")
+
+
+def measurable() -> set[str]:
+    """Entries whose ONNX files anyone can fetch from the repository's store (and so measure)."""
+    return {name for name, e in CARDS.items() if name not in AWAITING_PUBLICATION
+            and any(v.built and kind_of(k, v).inference for k, v in e.card.variants.items())}
+
+
+def current(name: str, variant: str, sha256: str, report: str) -> None:
+    card = CARDS[name].card
+    assert variant in card.variants, f"{report}: {name} {variant} is not on the card"
+    assert sha256 == card.variants[variant].sha256, (
+        f"{report}: {name} {variant} was measured on {sha256[:12]}, the card's file is "
+        f"{card.variants[variant].sha256[:12]}: re-run the benchmark")
+
+
+@pytest.mark.parametrize("report", ["latency.json", "profiles.json"])
+def test_latency_reports_name_the_current_files(report):
+    data = json.loads((RESULTS / report).read_text())
+    assert data["cpu"]["model"] and data["cpu"]["flags"] and data["libraries"]["onnxruntime"] and data["date"]
+    for name, entry in data["entries"].items():
+        files = entry["sha256"] if report == "latency.json" else {k: v["sha256"] for k, v in entry.items()}
+        for variant, sha in files.items():
+            if sha:  # fp32-fused is made from fp32 at measurement time
+                current(name, variant, sha, report)
+    wanted = measurable() if report == "latency.json" else {n for n in measurable()
+                                                            if model_spec(CARDS[n].card.architecture).transformer}
+    assert wanted <= set(data["entries"]), f"{report} lacks {sorted(wanted - set(data['entries']))}: re-run it"
+
+
+def test_baselines_report_names_the_current_files():
+    data = json.loads((RESULTS / "baselines.json").read_text())
+    measured = set()
+    for run in data["runs"]:
+        assert run["cpu"]["model"] and run["threads"]
+        for task in run["tasks"].values():
+            for row in task["rows"]:
+                if row["kind"] == "entry":
+                    current(row["tool"], row["variant"], row["sha256"], "baselines.json")
+                    measured.add(row["tool"])
+    missing = {n for n in measurable() if CARDS[n].card.task in {t for r in data["runs"] for t in r["tasks"]}} - measured
+    assert not missing, f"baselines.json lacks {sorted(missing)}: python benchmarks/baselines.py {' '.join(sorted(missing))}"
