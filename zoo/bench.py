@@ -22,7 +22,6 @@ from zoo.export import optimize_transformer
 from zoo.models import model_spec
 from zoo.provenance import cpu_info, current_versions
 from zoo.store.fetch import fetch
-from zoo.variants import kind_of
 
 FUSED = "fp32-fused"
 
@@ -41,11 +40,7 @@ def files(name: str, scratch: Path, variants: list[str] | None = None) -> dict[s
     """variant -> (verified file, sha256) of the entry's ONNX inference variants (all built ones, or `variants`),
     with fp32 and, for a transformer, fp32-fused."""
     card = catalog.get_card(name)
-    timed = [k for k, v in card.variants.items() if v.built and kind_of(k, v).inference]
-    unknown = [v for v in variants or [] if v not in timed]
-    if unknown:
-        raise ZooError(f"'{name}' has no built ONNX variant {', '.join(unknown)}; it has {', '.join(timed)}")
-    keys = ["fp32", *(k for k in (variants or timed) if k != "fp32")]
+    keys = ["fp32", *(k for k in card.inference_variants(variants) if k != "fp32")]
     paths = {k: (fetch(name, k, show_progress=False).path, card.variants[k].sha256) for k in keys}
     if model_spec(card.architecture).transformer:
         fused = scratch / f"{name}.fused.onnx"

@@ -200,6 +200,15 @@ class ModelCard(Strict):
         mine, reference = self.metric(variant), self.metric("fp32")
         return mine is not None and reference is not None and mine >= reference - self.variants[variant].tolerance
 
+    def inference_variants(self, wanted: list[str] | None = None) -> list[str]:
+        """The built variants that are one ONNX inference model each (what `zoo bench` times and `zoo register`
+        registers): all of them, or `wanted`, refusing one that is not among them."""
+        built = [k for k, v in self.variants.items() if v.built and v.sha256 and kind_of(k, v).inference]
+        unknown = [v for v in wanted or [] if v not in built]
+        if unknown:
+            raise ZooError(f"'{self.name}' has no built ONNX variant {', '.join(unknown)}; it has {', '.join(built)}")
+        return list(wanted) if wanted else built
+
     def fastest(self, batch: int = 1) -> str:
         """The ONNX file of these weights with the lowest measured latency at `batch` (1 or 32) among those that keep
         fp32's accuracy within their tolerance; fp32 when none beats it."""

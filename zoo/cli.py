@@ -331,8 +331,8 @@ def register(names: list[str] = typer.Argument(None, help="Entries to register."
     mlflow.pyfunc.load_model("models:/zoo.NAME@int8-qat"). Registering twice adds nothing."""
     from zoo.registry import model_uri, register as register_entry  # lazy: mlflow + onnx; `zoo list` must not wait
 
-    targets = [n for n in catalog.list_models() if catalog.get_card(n).variants.get("fp32") is not None
-               and catalog.get_card(n).variants["fp32"].built] if all_entries else (names or [])
+    targets = [n for n in catalog.list_models() if catalog.get_card(n).inference_variants()] if all_entries \
+        else (names or [])
     if not targets:
         raise ZooError("name an entry to register, or pass --all")
     results = {name: register_entry(name, tracking_uri, variant or None, move_aliases=move_aliases,

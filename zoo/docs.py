@@ -28,7 +28,7 @@ from zoo.fsutil import atomic_write_text, human_size, plural
 from zoo.metrics import wilson_interval
 from zoo.models import build_model, model_spec
 from zoo.recipes import Recipe, load_recipe
-from zoo.registry import model_name, model_uri, registrable
+from zoo.registry import model_name, model_uri
 from zoo.store.rebuild import build_estimate, buildable, planned_processes
 from zoo.variants import KINDS, kind_of
 
@@ -315,7 +315,7 @@ def use_it(c: ModelCard) -> list[str]:
 
 def from_mlflow(c: ModelCard) -> list[str]:
     """The entry in MLflow's model registry: the command that registers it and the URIs that load it."""
-    keys = registrable(c)
+    keys = c.inference_variants()
     if not keys:
         return []
     return ["", "### From MLflow", "",

@@ -58,11 +58,6 @@ class Registered:
     conflicts: list[str] = field(default_factory=list)  # aliases left on a version holding another file
 
 
-def registrable(card: ModelCard) -> list[str]:
-    """The built variants that are one ONNX inference model each (what the ONNX flavor serves)."""
-    return [k for k, v in card.variants.items() if v.built and v.sha256 and kind_of(k, v).inference]
-
-
 def reference_data(card: ModelCard) -> tuple[np.ndarray, np.ndarray]:
     """The first test set's inputs and fp32 reference outputs, fetched and verified like the model files."""
     entry = catalog.get_entry(card.name)
@@ -112,12 +107,9 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
     training run that made the files (the version's lineage); without it the models are logged in the experiment
     `zoo-registry`. Returns what each variant got; aliases held by another file are in `conflicts`."""
     card = catalog.get_card(name)
-    available = registrable(card)
-    if not available:
+    if not card.inference_variants():
         raise ZooError(f"'{name}' has no built ONNX variant to register: `zoo build {name}` makes them")
-    unknown = [v for v in variants or [] if v not in available]
-    if unknown:
-        raise ZooError(f"'{name}' has no built ONNX variant {', '.join(unknown)}; it has {', '.join(available)}")
+    chosen = card.inference_variants(variants)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # our own log says what happens
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # registering a file is no reason to phone out
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its "Created version ..." repeats ours
@@ -140,7 +132,9 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
     requirements = [f"{package}>={versions[package]}" if package in versions else package
                     for package in ("onnx", "onnxruntime")]
     results = []
-    for key in variants or available:
+    if run_id is None:  # no training run: the logged models live in the registry's own experiment
+        mlflow.set_experiment(EXPERIMENT)
+    for key in chosen:
         sha = card.variants[key].sha256
         existing = by_sha.get(sha)
         if existing is not None:
@@ -149,8 +143,6 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
             continue
         path = fetch(name, key, show_progress=False).path
         model = onnx.load(str(path), load_external_data=False)
-        if run_id is None:
-            mlflow.set_experiment(EXPERIMENT)
         # MLflow prints a link to the run on stdout when the run ends: stdout is the command's answer (--json).
         with contextlib.redirect_stdout(sys.stderr), \
                 mlflow.start_run(run_id=run_id, run_name=None if run_id else f"register {name} {key}"):
