@@ -71,7 +71,7 @@ quickstart: setup
 test: setup
 	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
 	@start=$$(date +%s); \
-	  $(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadfile; tests=$$?; mid=$$(date +%s); validation=not-run; \
+	  $(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadfile --no-loadscope-reorder; tests=$$?; mid=$$(date +%s); validation=not-run; \
 	  if [ $$tests -eq 0 ]; then bash ci/validate.sh; validation=$$?; fi; end=$$(date +%s); \
 	  echo "make test: $$((end - start)) s wall (pytest $$((mid - start)) s, exit $$tests; validation" \
 	    "$$((end - mid)) s, exit $$validation)"; \

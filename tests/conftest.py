@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers import LfsServer, all_cpus, free_port, shared_cpus
+from tests.helpers import LfsServer, all_cpus, free_port, lease_seconds, shared_cpus
 from zoo import catalog
 
 
@@ -27,22 +27,41 @@ def pytest_configure(config):
     if "ZOO_TEST_LEASES" not in os.environ:
         config._zoo_leases = tempfile.mkdtemp(prefix="zoo-test-leases-")
         os.environ["ZOO_TEST_LEASES"] = config._zoo_leases
+    if "ZOO_TEST_SHARED" not in os.environ:  # what tests/helpers.py made_once makes once per run
+        config._zoo_shared = tempfile.mkdtemp(prefix="zoo-test-shared-")
+        os.environ["ZOO_TEST_SHARED"] = config._zoo_shared
 
 
 def pytest_unconfigure(config):
-    for attr, var in (("_zoo_data_dir", "ZOO_DATA_DIR"), ("_zoo_leases", "ZOO_TEST_LEASES")):
+    for attr, var in (("_zoo_data_dir", "ZOO_DATA_DIR"), ("_zoo_leases", "ZOO_TEST_LEASES"),
+                      ("_zoo_shared", "ZOO_TEST_SHARED")):
         folder = getattr(config, attr, None)
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
             os.environ.pop(var, None)
 
 
-# Where the suite's time goes, per test file: wall seconds and CPU seconds (this process and the children it waited
-# for: CLI runs, torchrun, servers stopped by the test), measured around each test's setup, call and teardown in the
-# process that ran it (an xdist worker or pytest itself), carried to the controller on the teardown report, printed
-# at the end and written to build/test-times.json.
+# The files that take longest first (wall seconds of the last fresh-clone run, README): pytest-xdist hands whole
+# files to the two workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and
+# the short ones fill the end of the run instead of one long file running alone at the end.
+LONGEST_FIRST = ["test_parallel", "test_federated", "test_hostile", "test_families", "test_validate", "test_training",
+                 "test_rebuild", "test_ondevice", "test_mlflow", "test_reproducible", "test_data", "test_entries"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
+
+
+# Where the suite's time goes, per test file: wall seconds, CPU seconds (this process and the children it waited
+# for: CLI runs, torchrun, servers stopped by the test), seconds waiting for a CPU lease and seconds holding both CPUs
+# (tests/helpers.py), measured around each test's setup, call and teardown in the process that ran it (an xdist
+# worker or pytest itself), carried to the controller on the teardown report, printed at the end and written to
+# build/test-times.json. The exclusive seconds of all files run one after another: with the other files' wall
+# seconds less their waits, shared by two workers, they bound the run from below.
 _FILE_TIMES: dict[str, dict[str, float]] = {}
-_STARTED: dict[str, tuple[float, float]] = {}
+_STARTED: dict[str, tuple[float, ...]] = {}
+_KEYS = ("wall_s", "cpu_s", "wait_s", "exclusive_s")
 
 
 def _cpu_seconds() -> float:
@@ -52,8 +71,8 @@ def _cpu_seconds() -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    _STARTED[item.nodeid] = (time.perf_counter(), _cpu_seconds(), *lease_seconds())
     with shared_cpus():  # tests/helpers.py: all_cpus() trades it for both CPUs while ranks run
-        _STARTED[item.nodeid] = (time.perf_counter(), _cpu_seconds())
         yield
 
 
@@ -61,32 +80,31 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "teardown" and item.nodeid in _STARTED:
-        wall, cpu = _STARTED.pop(item.nodeid)
+        now = (time.perf_counter(), _cpu_seconds(), *lease_seconds())
         outcome.get_result().user_properties.append(
-            ("zoo_times", (time.perf_counter() - wall, _cpu_seconds() - cpu)))
+            ("zoo_times", tuple(b - a for a, b in zip(_STARTED.pop(item.nodeid), now))))
 
 
 def pytest_runtest_logreport(report):
     for key, value in report.user_properties:
         if key == "zoo_times" and report.when == "teardown":
-            row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, "wall_s": 0.0, "cpu_s": 0.0})
+            row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, **dict.fromkeys(_KEYS, 0.0)})
             row["tests"] += 1
-            row["wall_s"] += value[0]
-            row["cpu_s"] += value[1]
+            for key, seconds in zip(_KEYS, value):
+                row[key] += seconds
 
 
 def pytest_terminal_summary(terminalreporter):
     if not _FILE_TIMES:
         return
     rows = sorted(_FILE_TIMES.items(), key=lambda item: -item[1]["wall_s"])
-    terminalreporter.write_sep("=", "time per test file (wall and CPU seconds summed over its tests; with two "
-                                    "workers the files overlap)")
-    terminalreporter.write_line(f"{'file':36} {'tests':>5} {'wall s':>8} {'CPU s':>8} {'CPU/wall':>8}")
-    for file, row in rows:
-        terminalreporter.write_line(f"{file:36} {row['tests']:5d} {row['wall_s']:8.1f} {row['cpu_s']:8.1f} "
-                                    f"{row['cpu_s'] / max(row['wall_s'], 1e-9):8.2f}")
-    total = {k: sum(r[k] for _, r in rows) for k in ("tests", "wall_s", "cpu_s")}
-    terminalreporter.write_line(f"{'all':36} {int(total['tests']):5d} {total['wall_s']:8.1f} {total['cpu_s']:8.1f}")
+    terminalreporter.write_sep("=", "time per test file (seconds summed over its tests; with two workers the files "
+                                    "overlap; wait: for a CPU lease, both CPUs: held alone)")
+    terminalreporter.write_line(f"{'file':34} {'tests':>5} {'wall':>7} {'CPU':>7} {'wait':>7} {'both CPUs':>9}")
+    total = {k: sum(r[k] for _, r in rows) for k in ("tests", *_KEYS)}
+    for file, row in [*rows, ("all", total)]:
+        terminalreporter.write_line(f"{file:34} {int(row['tests']):5d} {row['wall_s']:7.1f} {row['cpu_s']:7.1f} "
+                                    f"{row['wait_s']:7.1f} {row['exclusive_s']:9.1f}")
     out = Path(__file__).resolve().parents[1] / "build" / "test-times.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"files": dict(rows), "total": total}, indent=2) + "\n")

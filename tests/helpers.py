@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import requests
 import yaml
+from filelock import FileLock
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo import catalog, docs
@@ -80,17 +81,26 @@ def write_entry(entries: Path, name: str, n_in: int = 8, seed: int = 0, accuracy
 # deployment) trades it for an exclusive one while it runs: busy processes never outnumber the cores, and the other
 # worker goes on with single-process tests the rest of the time. The turnstile keeps an exclusive request from being
 # starved by a stream of shared ones. Without xdist nothing waits.
-_LEASE: dict = {"file": None, "exclusive": 0}
+# Seconds this process spent waiting for a lease and holding both CPUs (tests/conftest.py reports them per file: the
+# held seconds of all files run one after another, whatever the other worker has to do).
+_LEASE: dict = {"file": None, "exclusive": 0, "waited_s": 0.0, "exclusive_s": 0.0}
 
 
 def _lock(mode: int) -> None:
     folder = Path(os.environ["ZOO_TEST_LEASES"])
+    start = time.perf_counter()
     with open(folder / "turnstile", "a") as turnstile:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
             fcntl.flock(_LEASE["file"], mode)
         finally:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+    _LEASE["waited_s"] += time.perf_counter() - start
+
+
+def lease_seconds() -> tuple[float, float]:
+    """(waited, held exclusively) so far in this process."""
+    return _LEASE["waited_s"], _LEASE["exclusive_s"]
 
 
 @contextlib.contextmanager
@@ -118,11 +128,15 @@ def all_cpus():
     fcntl.flock(_LEASE["file"], fcntl.LOCK_UN)
     _lock(fcntl.LOCK_EX)
     _LEASE["exclusive"] = 1
+    start = time.perf_counter()
     try:
         yield
     finally:
         _LEASE["exclusive"] = 0
-        fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # may wait while the other worker holds both
+        _LEASE["exclusive_s"] += time.perf_counter() - start
+        start = time.perf_counter()
+        fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # from exclusive to shared: nothing to wait for
+        _LEASE["waited_s"] += time.perf_counter() - start
 
 
 # `zoo` commands that start torchrun ranks (two busy processes).
@@ -194,6 +208,10 @@ class LfsServer:
         return matches[0]
 
 
+# A derived kind a card may declare (made from the fp32 file by `zoo build`): onnxruntime-training artifacts.
+ARTIFACTS = {"ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "format": "ort-training", "opset": 17}}
+
+
 def quick_recipe(root: Path, steps: int = 250, qat_steps: int = 50, tracking: bool = False) -> Path:
     """A short copy of the qat-int8 recipe (digits-cnn) at root/quick.yaml (MLflow tracking off unless asked)."""
     data = yaml.safe_load((REPO / "recipes" / "qat-int8.yaml").read_text())
@@ -223,6 +241,57 @@ def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250,
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     zoo_cli("build", name, *build_flags(), env=env, check=True, timeout=600)
     return env
+
+
+@contextlib.contextmanager
+def _no_lease():
+    """While waiting on another worker, hold no CPU lease: it may need both CPUs to finish what this one waits for."""
+    if _LEASE["file"] is None or _LEASE["exclusive"]:
+        yield
+        return
+    fcntl.flock(_LEASE["file"], fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        _lock(fcntl.LOCK_SH)
+
+
+def made_once(name: str, make) -> Path:
+    """A folder made once per test run and shared by both pytest-xdist workers ($ZOO_TEST_SHARED, tests/conftest.py):
+    the first test that wants it runs make(folder); the others, in either worker, wait for it and reuse it. Users
+    copy it before changing anything (copy_of). A failed make leaves nothing behind: the next test makes it again."""
+    folder = Path(os.environ["ZOO_TEST_SHARED"]) / name
+    done = folder / ".made"
+    lock = FileLock(f"{folder}.lock")
+    with _no_lease():
+        lock.acquire()
+    try:
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    finally:
+        lock.release()
+    return folder
+
+
+def shared_digits_entry() -> tuple[Path, dict]:
+    """One quick digits-cnn entry per test run, built by `zoo build` (quick_digits_entry) with MLflow tracking on and
+    a card declaring the ort-training artifacts as well: the tests of a built entry (test_entries, test_validate)
+    read it from here, and copy it (copy_of) before changing it. Returns (root, the CLI environment)."""
+    root = made_once("quick-digits", lambda folder: quick_digits_entry(folder, card={"variants": ARTIFACTS},
+                                                                        tracking=True))
+    return root, {"ZOO_ENTRIES": str(root / "entries"), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "",
+                  "ZOO_STORE": ""}
+
+
+def copy_of(root: Path, dest: Path) -> dict:
+    """A private copy of a shared built entry's catalog and $ZOO_HOME (its recipe stays shared, read only): the CLI
+    environment pointing at the copy."""
+    for part in ("entries", "home"):
+        shutil.copytree(root / part, dest / part, symlinks=True)
+    return {"ZOO_ENTRIES": str(dest / "entries"), "ZOO_HOME": str(dest / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
 
 
 def repo_is_clean() -> bool:

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import REPO, quick_digits_entry, run_use_it, zoo_cli
+from tests.helpers import REPO, copy_of, run_use_it, shared_digits_entry, zoo_cli
 from zoo import catalog
 from zoo.cards import load_card
 from zoo.provenance import current_versions
@@ -70,10 +70,12 @@ def test_catalog_primaries_fit_the_store():
 
 
 def test_build_writes_measured_card(tmp_path):
-    env = quick_digits_entry(tmp_path, tracking=True)
+    env = copy_of(shared_digits_entry()[0], tmp_path)  # `zoo build` of a quick recipe, tracked (tests/helpers.py)
     entries = tmp_path / "entries"
     card = load_card(entries / "quick-digits" / "card.yaml")
-    assert set(card.variants) == {"fp32", "int8-qat", "int8-ptq", "fp16"}
+    assert set(card.variants) == {"fp32", "int8-qat", "int8-ptq", "fp16", "ort-training"}
+    onnx_models = card.inference_variants()
+    assert set(onnx_models) == set(card.variants) - {"ort-training"}
     assert card.num_params == 38282 and card.dataset.splits == {"train": 1257, "val": 180, "test": 360}
     assert card.training.build_time_s > 0 and card.training.library_versions == current_versions()
     first = {k: v.sha256 for k, v in card.variants.items()}
@@ -82,8 +84,8 @@ def test_build_writes_measured_card(tmp_path):
     assert zoo_cli("manifest", "--check", env=env).returncode == 0
     assert all(len(sha) == 64 for sha in first.values())  # byte-for-byte reproducibility: tests/test_reproducible.py
     # Latency, every variant side by side: on the card, in `zoo card`, and behind `zoo fetch --fastest`.
-    for key, variant in card.variants.items():
-        speed = variant.speed
+    for key in onnx_models:
+        speed = card.variants[key].speed
         assert speed.threads == card.training.threads and speed.runs >= 30, key
         assert all(speed.at(b).p90_ms >= speed.at(b).median_ms > 0 for b in (1, 32)), key
     assert card.variants["fp32"].speed.batch_1.vs_fp32 == 1.0
@@ -101,12 +103,12 @@ def test_build_writes_measured_card(tmp_path):
     # Tracking was on: the build registered every ONNX variant in the run's MLflow store, linked to that run.
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")  # the build's store, copied
     versions = client.search_model_versions("name = 'zoo.quick-digits'")
-    assert {v.tags["zoo.sha256"] for v in versions} == {v.sha256 for v in card.variants.values()}
+    assert {v.tags["zoo.sha256"] for v in versions} == {card.variants[k].sha256 for k in onnx_models}
     runs = {v.run_id for v in versions}
     assert len(runs) == 1 and None not in runs  # one training run made them all
     run = client.get_run(runs.pop())
     assert run.data.params["recipe.name"] == "quick" and run.data.metrics["onnx/int8-qat/accuracy"] > 0.5
     aliases = client.get_registered_model("zoo.quick-digits").aliases
-    assert set(aliases) == set(card.variants) | {"fastest"}
+    assert set(aliases) == set(onnx_models) | {"fastest"}

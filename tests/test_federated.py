@@ -42,9 +42,11 @@ def federated(tmp_path: Path, *args: str, **extra) -> subprocess.CompletedProces
                           timeout=600)
 
 
-def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quiet_env, monkeypatch, whole_machine):
+def test_fleet_rule_and_a_killed_client_on_a_tls_deployment(tmp_path, base, quiet_env, monkeypatch):
     """Four SuperNodes: two hold the fleet's base, one another base model, one the same weights claiming int8
-    weights. The last two are refused every round; client 1's ClientApp dies mid-round 2 and costs only its update."""
+    weights. The last two are refused every round; client 1's ClientApp dies mid-round 2 and costs only its update.
+    It holds no lease on both CPUs (tests/helpers.py): most of its minute and a half is round 2 waiting out its
+    timeout for the dead client, time the other worker's tests use; the ClientApps' short bursts share the CPUs."""
     other = train_onnx(tmp_path, "other", "--recipe", "fp32", "--model", "digits-cnn", "steps=10", "seed=1")
     relabelled = tmp_path / "relabelled.onnx"
     model = onnx.load(str(base))

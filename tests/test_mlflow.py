@@ -19,15 +19,16 @@ from zoo.registry import SHA_TAG, model_name, reference_data
 from zoo.store.fetch import fetch
 
 ENTRIES = ("digits-cnn", "bert-tiny")  # a CNN and a BERT entry of the catalog, from the repository's store
+# A user's fresh process (one for all the models: importing MLflow is the slow part): each registered model loaded
+# by its URI, its outputs on the given inputs saved.
 LOAD = """
 import json, sys
 import mlflow
 import numpy as np
 mlflow.set_tracking_uri(sys.argv[1])
-inputs = np.load(sys.argv[2])
-model = mlflow.pyfunc.load_model(sys.argv[3])
-outputs = model.predict({sys.argv[4]: inputs})
-np.save(sys.argv[5], np.asarray(next(iter(outputs.values())) if isinstance(outputs, dict) else outputs))
+for uri, inputs, input_name, out in json.loads(sys.argv[2]):
+    outputs = mlflow.pyfunc.load_model(uri).predict({input_name: np.load(inputs)})
+    np.save(out, np.asarray(next(iter(outputs.values())) if isinstance(outputs, dict) else outputs))
 """
 
 
@@ -39,20 +40,22 @@ def test_register_loads_in_a_fresh_process_with_the_cards_predictions(tmp_path, 
     result = register(mlflow_server, *ENTRIES, "--json", home=tmp_path / "home")
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
+    loads = []
     for name in ENTRIES:
         card = catalog.get_card(name)
         rows = {r["variant"]: r for r in shown[name]}
         assert set(rows) >= {"fp32", "int8-qat"} and all(r["new"] for r in rows.values())
         assert "fastest" in rows[card.fastest(1)]["aliases"]
-        inputs_path = tmp_path / f"{name}-inputs.npy"
+        np.save(tmp_path / f"{name}-inputs.npy", reference_data(card)[0])
+        loads += [(f"models:/{model_name(name)}@{alias}", str(tmp_path / f"{name}-inputs.npy"), card.inputs[0].name,
+                   str(tmp_path / f"{name}-{alias}.npy")) for alias in ("fp32", "int8-qat")]
+    subprocess.run([sys.executable, "-c", LOAD, mlflow_server, json.dumps(loads)], check=True, capture_output=True,
+                   text=True, timeout=300)
+    for name in ENTRIES:
+        card = catalog.get_card(name)
         inputs, reference = reference_data(card)
-        np.save(inputs_path, inputs)
         for alias in ("fp32", "int8-qat"):
-            got_path = tmp_path / f"{name}-{alias}.npy"
-            subprocess.run([sys.executable, "-c", LOAD, mlflow_server, str(inputs_path),
-                            f"models:/{model_name(name)}@{alias}", card.inputs[0].name, str(got_path)],
-                           check=True, capture_output=True, text=True, timeout=300)
-            got = np.load(got_path)
+            got = np.load(tmp_path / f"{name}-{alias}.npy")
             # the card's own file in onnxruntime gives the same outputs: the registry serves the verified bytes
             session = ort.InferenceSession(str(fetch(name, alias, show_progress=False).path),
                                            providers=["CPUExecutionProvider"])

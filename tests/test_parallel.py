@@ -30,7 +30,7 @@ BERT = ["--model", "bert", "steps=6", *SGD, "model_args.num_hidden_layers=2", "m
         "model_args.num_attention_heads=2", "model_args.intermediate_size=128", "model_args.hidden_dropout_prob=0",
         "model_args.attention_probs_dropout_prob=0"]
 TOLERANCE = 1e-5  # per tensor: |a - b| / |a| (norms)
-pytestmark = pytest.mark.usefixtures("whole_machine")  # every test here runs ranks (tests/helpers.py: CPU leases)
+ranks = pytest.mark.usefixtures("whole_machine")  # a test that runs ranks takes both CPUs (tests/helpers.py)
 
 
 def env(tmp_path: Path, **extra) -> dict:
@@ -91,6 +91,7 @@ def bert_reference(tmp_path_factory) -> Path:
     return tmp / "out"
 
 
+@ranks
 @pytest.mark.parametrize("launcher,strategy,extra", [
     # beyond the matrix below: gradient accumulation under ZeRO, and the other pipeline schedule
     ("deepspeed.py", "zero2", ["parallelism.micro_batch_size=16"]),
@@ -112,6 +113,7 @@ def matrix_groups() -> list[tuple[str, tuple[str, ...], int]]:
     return [(launcher, tuple(strategies), processes) for (launcher, processes), strategies in groups.items()]
 
 
+@ranks
 @pytest.mark.parametrize("launcher,strategies,processes", matrix_groups())
 def test_every_launcher_runs_every_precision_with_and_without_qat(tmp_path, cnn_reference, launcher, strategies,
                                                                      processes):
@@ -182,6 +184,7 @@ def test_the_readme_shows_the_support_matrix():
     assert matrix_markdown() in readme, "the README's launcher matrix is stale: `zoo manifest` rewrites it"
 
 
+@ranks
 def test_deepspeed_launcher_runs_zero3(tmp_path, cnn_reference):
     # DeepSpeed's own launcher (not torchrun): it passes --local_rank and leaves the store to rank 0.
     port = free_port()
@@ -192,6 +195,7 @@ def test_deepspeed_launcher_runs_zero3(tmp_path, cnn_reference):
     assert config["zero_optimization"]["stage"] == 3 and config["train_batch_size"] == 64
 
 
+@ranks
 @pytest.mark.parametrize("launcher,recipe,nproc,strategy", [
     ("tensor_parallel.py", "dp-tp", 2, "tp"),
     ("tensor_parallel.py", "dp-tp", 4, "dp-tp"),
@@ -213,6 +217,7 @@ def test_ccl_without_binding_is_refused(tmp_path, launcher):
     assert "Traceback" not in result.stderr
 
 
+@ranks
 def test_layout_that_does_not_fit_the_world_is_refused(tmp_path):
     with pytest.raises(AssertionError, match="dp-tp with tensor_parallel_size 2 needs a world size divisible by 4"):
         run(torchrun("tensor_parallel.py", 2, tmp_path / "out", "--recipe", "dp-tp", *BERT), tmp_path)
@@ -251,6 +256,7 @@ def two_hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # deletes the veth pair with it
 
 
+@ranks
 @pytest.mark.parametrize("launcher,strategy", [("fsdp.py", "fsdp")])
 def test_torchrun_across_two_hosts(tmp_path, cnn_reference, two_hosts, launcher, strategy):
     port = free_port()
@@ -281,6 +287,7 @@ def test_torchrun_across_two_hosts(tmp_path, cnn_reference, two_hosts, launcher,
 RESUMABLE = [*CNN, "checkpoint.interval_steps=5"]
 
 
+@ranks
 @pytest.mark.parametrize("launcher,strategy", [("deepspeed.py", "zero3"), ("pipeline.py", "pp")])
 def test_killed_rank_resumes_to_same_weights(tmp_path, launcher, strategy):
     run(torchrun(launcher, 2, tmp_path / "clean", *RESUMABLE, f"parallelism.strategy={strategy}"), tmp_path)
@@ -290,6 +297,7 @@ def test_killed_rank_resumes_to_same_weights(tmp_path, launcher, strategy):
     assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
 
 
+@ranks
 def test_horovod_resumes_after_a_killed_rank(tmp_path):
     def horovod(out: str, *extra: str) -> list[str]:
         return [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
@@ -315,6 +323,7 @@ def int8_tensors(path: Path) -> dict:
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
+@ranks
 def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
     """Observers follow the global batch (zoo.train.qat.ObservedRanges): same quantization parameters and the same
     test-set predictions from 1 process, 2 DDP processes (also with micro-batches) and Horovod."""
@@ -326,9 +335,9 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
     outs = {"1 process": tmp_path / "one"}
     run(single(outs["1 process"], *QAT), tmp_path)
     # FSDP, ZeRO, tensor and pipeline fp32 phases hand QAT to the same DDP path (zoo.train.parallel.qat_strategy).
-    for name, extra in [("ddp", []), ("ddp micro-batches", ["parallelism.micro_batch_size=16"])]:
-        outs[name] = tmp_path / name.replace(" ", "-")
-        run(torchrun("ddp.py", 2, outs[name], *QAT, *extra), tmp_path)
+    # One job, two cells: a replica's whole share of the global batch of 64 at once, and in micro-batches of 16.
+    run(torchrun("ddp.py", 2, tmp_path / "ddp", *QAT, "--sweep", "parallelism.micro_batch_size=32,16"), tmp_path)
+    outs["ddp"], outs["ddp micro-batches"] = tmp_path / "ddp" / "32", tmp_path / "ddp" / "16"
     outs["horovod"] = tmp_path / "horovod"
     run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
          str(REPO / "launchers" / "horovod.py"), "--output-dir", str(outs["horovod"]), *QAT], tmp_path)
@@ -353,6 +362,7 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
         assert (predictions[name] == predictions["1 process"]).all(), name
 
 
+@ranks
 @pytest.mark.parametrize("launcher,strategy,bytes_per_param", [
     ("ddp.py", "ddp", 16.0),  # 4 weights + 4 gradients + 8 Adam moments
     ("fsdp.py", "fsdp", 16.0 / 2),  # everything sharded over 2 ranks

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.helpers import quick_digits_entry, zoo_cli
+from tests.helpers import copy_of, shared_digits_entry, zoo_cli
 from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.evaluate import INT8_KERNELS, kernel_types
@@ -18,14 +18,12 @@ from zoo.export import read_metadata
 from zoo.store.pointer import pointer_for, read_pointer
 from zoo.variants import KINDS
 
-ARTIFACTS = {"ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "format": "ort-training", "opset": 17}}
-
-
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """A built entry, its primaries published to a bare-repo LFS store (checkout left with pointers)."""
+    """The run's built quick entry (tests/helpers.py shared_digits_entry: its card declares ort-training artifacts),
+    its primaries published to a bare-repo LFS store (checkout left with pointers)."""
     root = tmp_path_factory.mktemp("validate")
-    env = quick_digits_entry(root, card={"variants": ARTIFACTS})
+    env = copy_of(shared_digits_entry()[0], root)
     store = root / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(store)], check=True)
     out = zoo_cli("publish", "--all", "--to", str(store), env=env, check=True).stdout

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import importlib
+import importlib.metadata
 import io
 
 import numpy as np
@@ -71,12 +72,24 @@ def register_dataset(name: str):
     return decorate
 
 
+def _missing(package: str) -> ZooError:
+    return ZooError(f"this dataset needs the '{package}' package: run `make setup` or `pip install {package}`")
+
+
 def require(module: str, package: str):
     """Import a dataset's source package, or fail naming what to install."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ZooError(f"this dataset needs the '{package}' package: run `make setup` or `pip install {package}`") from None
+        raise _missing(package) from None
+
+
+def package_version(package: str) -> str:
+    """The installed version of a dataset's source package (part of its cache key), without importing it."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise _missing(package) from None
 
 
 def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:

@@ -7,14 +7,13 @@ from functools import cache
 import numpy as np
 import torch
 
-from zoo.data.base import Dataset, Split, register_dataset, require
+from zoo.data.base import Dataset, Split, cached_arrays, package_version, register_dataset, require
 
 SEED = 0
 
 
-@register_dataset("digits")
-@cache
-def load() -> Dataset:
+def _split() -> dict:
+    """The arrays, split: scikit-learn is imported only here (about a second per process), once per data cache."""
     datasets = require("sklearn.datasets", "scikit-learn")
     model_selection = require("sklearn.model_selection", "scikit-learn")
     bunch = datasets.load_digits()
@@ -24,10 +23,19 @@ def load() -> Dataset:
     x_trval, x_test, y_trval, y_test = model_selection.train_test_split(x, y, test_size=0.2, random_state=SEED, stratify=y)
     x_train, x_val, y_train, y_val = model_selection.train_test_split(
         x_trval, y_trval, test_size=0.125, random_state=SEED, stratify=y_trval)
-    t = torch.from_numpy
+    return {"train_x": x_train, "train_y": y_train, "val_x": x_val, "val_y": y_val, "test_x": x_test, "test_y": y_test}
+
+
+@register_dataset("digits")
+@cache
+def load() -> Dataset:
+    # Cached by the version of the package that ships the images and splits them, and the split's seed.
+    arrays = cached_arrays("digits", f"sklearn{package_version('scikit-learn')}-seed{SEED}", _split)
+    split = {s: Split(torch.from_numpy(arrays[f"{s}_x"]), torch.from_numpy(arrays[f"{s}_y"]))
+             for s in ("train", "val", "test")}
     return Dataset(
         name="digits",
-        train=Split(t(x_train), t(y_train)), val=Split(t(x_val), t(y_val)), test=Split(t(x_test), t(y_test)),
+        train=split["train"], val=split["val"], test=split["test"],
         labels=[str(i) for i in range(10)],
         source="scikit-learn sklearn.datasets.load_digits (UCI ML hand-written digits, test set of Alpaydin & Kaynak 1998)",
         license="CC BY 4.0 (UCI Machine Learning Repository)",
