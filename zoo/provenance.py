@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from zoo.config import REPO_ROOT
@@ -147,6 +148,12 @@ def machine_differences(training, cpu_matters: bool = True) -> list[str]:
 def current_versions() -> dict[str, str]:
     """The versions a card's build records (training.library_versions): they decide the bytes with the CPU. Read
     from the installed distributions' metadata (the modules' own __version__), without importing them."""
+    return dict(_installed_versions())
+
+
+@cache
+def _installed_versions() -> dict[str, str]:
+    # Mapping modules to distributions reads every installed package's file list: about 1.4 s, once per process.
     providers = importlib.metadata.packages_distributions()
     versions = {"python": platform.python_version()}
     for module in ("torch", "onnx", "onnxruntime", "torchao"):
