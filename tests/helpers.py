@@ -143,8 +143,14 @@ def all_cpus():
 RANK_COMMANDS = {"build", "import", "train"}
 
 
-def zoo_cli(*args: str, env: dict | None = None, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-    lease = all_cpus() if (args and args[0] in RANK_COMMANDS) or "--build" in args else contextlib.nullcontext()
+def zoo_cli(*args: str, env: dict | None = None, check: bool = False, timeout: float = 300,
+            ranks: bool | None = None) -> subprocess.CompletedProcess:
+    """`zoo ARGS` in a fresh process. `ranks`: whether it starts training ranks (both CPUs while it runs); by default
+    the commands that may (RANK_COMMANDS, --build). A command the test expects refused before any rank starts passes
+    ranks=False, so it does not wait for both CPUs to say one line."""
+    if ranks is None:
+        ranks = bool(args) and args[0] in RANK_COMMANDS or "--build" in args
+    lease = all_cpus() if ranks else contextlib.nullcontext()
     with lease:
         result = subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True,
                                 env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)

@@ -90,7 +90,7 @@ def test_hf_sources_resolve_from_the_local_hub_cache_offline(tmp_path, monkeypat
     folder = resolve_source("hf:bert-base-uncased")
     config, state = read_checkpoint(folder)
     assert BertConfig.from_hf(config) == SIZES["bert-base"] and len(state) > 190
-    missing = zoo_cli("import", "bert-base", "--from", "hf:nobody/nothing",
+    missing = zoo_cli("import", "bert-base", "--from", "hf:nobody/nothing", ranks=False,
                       env={"HF_HUB_CACHE": str(tmp_path / "hub"), "ZOO_HOME": str(tmp_path / "h")})
     assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
         f"error: hf:nobody/nothing is not in the local Hugging Face cache ({tmp_path / 'hub'}): download it where "
@@ -115,7 +115,7 @@ def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
         "training": {"recipe": str(tmp_path / "tiny-import.yaml"), "imported_from": "a random tiny BertModel"}}))
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "hub")}
 
-    refused = zoo_cli("build", "tiny-import", *build_flags(), env=env)
+    refused = zoo_cli("build", "tiny-import", *build_flags(), env=env, ranks=False)
     assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr
 
     result = zoo_cli("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", *build_flags(), env=env, timeout=900)
@@ -130,5 +130,6 @@ def test_import_refuses_non_bert_folder(tmp_path):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
-    result = zoo_cli("import", "digits-cnn", "--from", str(tmp_path / "ckpt"), env={"ZOO_HOME": str(tmp_path / "h")})
+    result = zoo_cli("import", "digits-cnn", "--from", str(tmp_path / "ckpt"), env={"ZOO_HOME": str(tmp_path / "h")},
+                     ranks=False)
     assert result.returncode == 1 and "model_type is 'gpt2'" in result.stderr

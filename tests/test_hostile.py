@@ -72,7 +72,7 @@ def test_build_and_export_refuse_card_paths_outside_the_entry(tmp_path, bad):
     env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
     before = _tree(tmp_path)
     for command in (["build", "tiny", "--allow-dirty"], ["export", "tiny", "--variant", "ort-training"]):
-        result = zoo_cli(*command, env=env)
+        result = zoo_cli(*command, env=env, ranks=False)  # refused before any training
         assert result.returncode == 1 and "escapes its entry folder" in result.stderr, result.stderr[-2000:]
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
     assert _tree(tmp_path) == before  # nothing written anywhere, the card untouched
@@ -437,7 +437,7 @@ def test_launcher_errors_are_one_line_and_said_once(tmp_path):
                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert two.returncode != 0 and (two.stdout + two.stderr).count(f"error: {recipe}: the top level") == 1
     # `zoo train` checks the recipe before torchrun starts any worker: its whole output is the one line.
-    checked = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), env=env)
+    checked = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), env=env, ranks=False)
     assert checked.returncode == 1 and checked.stdout == ""
     assert checked.stderr.strip().splitlines() == [f"error: {recipe}: the top level must be a mapping of recipe fields (name, model, ...), not a list"]
     # A worker that fails mid-run: its own output, then one line naming it, not torchrun's ChildFailedError report.
