@@ -46,7 +46,7 @@ def _files(folder: Path) -> dict[str, str]:
 
 
 def test_two_clean_clones_build_identical_bytes(tmp_path, whole_machine):
-    recipe = quick_recipe(tmp_path, steps=100, qat_steps=20)
+    recipe = quick_recipe(tmp_path, steps=30, qat_steps=5)  # the bytes, not the accuracy, are what is compared
     builds = []
     for name in ("a", "b"):
         clone = _clone(tmp_path / f"clone-{name}")
