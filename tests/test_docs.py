@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -153,3 +154,11 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
             for key, v in entry.card.variants.items():
                 if v.built and key in ("fp32", "int8-qat", "int8-ptq", "int8-dynamic", "fp16"):
                     assert (name, key, v.sha256) in measured, f"{name} {key}: run python benchmarks/baselines.py"
+
+
+def test_the_guides_start_with_the_quickstart(site):
+    """The guides' section opens with the Quickstart (the section's index page), not with the alphabetically first."""
+    _, out = site
+    guides = [href for href in re.findall(r'href="(guides/[^"]*)"', (out / "index.html").read_text())]
+    assert guides and guides[0] == "guides/", guides
+    assert ">Quickstart</h1>" in (out / "guides" / "index.html").read_text()
