@@ -134,9 +134,7 @@ def all_cpus():
     finally:
         _LEASE["exclusive"] = 0
         _LEASE["exclusive_s"] += time.perf_counter() - start
-        start = time.perf_counter()
-        fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # from exclusive to shared: nothing to wait for
-        _LEASE["waited_s"] += time.perf_counter() - start
+        fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # converted in place: through the turnstile it could deadlock
 
 
 # `zoo` commands that start torchrun ranks (two busy processes).
@@ -244,9 +242,14 @@ def quick_digits_entry(root: Path, name: str = "quick-digits", steps: int = 250,
                     "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)},
                     **(card or {})}
     (entries / name / "card.yaml").write_text(yaml.safe_dump(hand_written))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
+    env = catalog_env(root)
     zoo_cli("build", name, *build_flags(), env=env, check=True, timeout=600)
     return env
+
+
+def catalog_env(root: Path) -> dict:
+    """The CLI environment of a test catalog at root/entries with its $ZOO_HOME at root/home and no store."""
+    return {"ZOO_ENTRIES": str(root / "entries"), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
 
 
 @contextlib.contextmanager
@@ -282,14 +285,12 @@ def made_once(name: str, make) -> Path:
     return folder
 
 
-def shared_digits_entry() -> tuple[Path, dict]:
+def shared_digits_entry() -> Path:
     """One quick digits-cnn entry per test run, built by `zoo build` (quick_digits_entry) with MLflow tracking on and
     a card declaring the ort-training artifacts as well: the tests of a built entry (test_entries, test_validate)
-    read it from here, and copy it (copy_of) before changing it. Returns (root, the CLI environment)."""
-    root = made_once("quick-digits", lambda folder: quick_digits_entry(folder, card={"variants": ARTIFACTS},
-                                                                        tracking=True))
-    return root, {"ZOO_ENTRIES": str(root / "entries"), "ZOO_HOME": str(root / "home"), "ZOO_LFS_URL": "",
-                  "ZOO_STORE": ""}
+    read it from here, and copy it (copy_of) before changing it. Returns the folder holding entries/ and home/."""
+    return made_once("quick-digits", lambda folder: quick_digits_entry(folder, card={"variants": ARTIFACTS},
+                                                                         tracking=True))
 
 
 def copy_of(root: Path, dest: Path) -> dict:
@@ -297,7 +298,7 @@ def copy_of(root: Path, dest: Path) -> dict:
     environment pointing at the copy."""
     for part in ("entries", "home"):
         shutil.copytree(root / part, dest / part, symlinks=True)
-    return {"ZOO_ENTRIES": str(dest / "entries"), "ZOO_HOME": str(dest / "home"), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
+    return catalog_env(dest)
 
 
 def repo_is_clean() -> bool:

@@ -70,7 +70,7 @@ def test_catalog_primaries_fit_the_store():
 
 
 def test_build_writes_measured_card(tmp_path):
-    env = copy_of(shared_digits_entry()[0], tmp_path)  # `zoo build` of a quick recipe, tracked (tests/helpers.py)
+    env = copy_of(shared_digits_entry(), tmp_path)  # `zoo build` of a quick recipe, tracked (tests/helpers.py)
     entries = tmp_path / "entries"
     card = load_card(entries / "quick-digits" / "card.yaml")
     assert set(card.variants) == {"fp32", "int8-qat", "int8-ptq", "fp16", "ort-training"}

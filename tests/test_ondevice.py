@@ -13,7 +13,7 @@ import pytest
 import yaml
 from onnx import numpy_helper
 
-from tests.helpers import quick_digits_entry, train_onnx, zoo_cli
+from tests.helpers import ARTIFACTS, quick_digits_entry, train_onnx, zoo_cli
 from zoo.data import load_dataset
 from zoo.evaluate import accuracy, predict
 from zoo.export import read_metadata
@@ -88,7 +88,7 @@ def built(tmp_path_factory) -> dict:
         "federated": {"clients": 2, "rounds": 2, "local_steps": 15, "local_batch_size": 32, "lr": 0.003,
                       "dirichlet_alpha": 0.5, "shift": "rot90", "round_timeout_s": 120, "min_clients": 1}}))
     env = quick_digits_entry(root, card={"trainable": TRAINABLE, "variants": {
-        "ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "opset": 17, "format": "ort-training"},
+        **ARTIFACTS,
         "federated": {"file": "model.federated.onnx", "precision": "fp32", "opset": 17, "recipe": str(fed)}}})
     return {"env": env, "dir": Path(env["ZOO_ENTRIES"]) / "quick-digits"}
 

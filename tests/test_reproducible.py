@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import REPO, quick_recipe
+from tests.helpers import ARTIFACTS, REPO, quick_recipe
 from zoo.cards import load_card
 from zoo.export import read_metadata
 from zoo.provenance import TreeState
@@ -19,8 +19,7 @@ from zoo.store.pointer import pointer_for
 HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 CARD = {"name": "quick-digits", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
         "description": "test build", "license": "Apache-2.0",
-        "variants": {"ort-training": {"file": "model.ort-training.zip", "precision": "fp32", "format": "ort-training",
-                                      "opset": 17}}}
+        "variants": ARTIFACTS}
 
 
 def _clone(root: Path) -> Path:

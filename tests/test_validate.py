@@ -23,7 +23,7 @@ def published(tmp_path_factory):
     """The run's built quick entry (tests/helpers.py shared_digits_entry: its card declares ort-training artifacts),
     its primaries published to a bare-repo LFS store (checkout left with pointers)."""
     root = tmp_path_factory.mktemp("validate")
-    env = copy_of(shared_digits_entry()[0], root)
+    env = copy_of(shared_digits_entry(), root)
     store = root / "store.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(store)], check=True)
     out = zoo_cli("publish", "--all", "--to", str(store), env=env, check=True).stdout

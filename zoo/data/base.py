@@ -26,6 +26,11 @@ class Split:
     def __len__(self) -> int:
         return len(self.y)
 
+    @classmethod
+    def from_arrays(cls, arrays: dict, name: str) -> "Split":
+        """The split `name` of cached arrays stored as `<name>_x` / `<name>_y` (cached_arrays)."""
+        return cls(torch.from_numpy(arrays[f"{name}_x"]), torch.from_numpy(arrays[f"{name}_y"]))
+
 
 @dataclass
 class Dataset:

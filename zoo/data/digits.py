@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-import torch
 
 from zoo.data.base import Dataset, Split, cached_arrays, package_version, register_dataset, require
 
@@ -31,11 +30,10 @@ def _split() -> dict:
 def load() -> Dataset:
     # Cached by the version of the package that ships the images and splits them, and the split's seed.
     arrays = cached_arrays("digits", f"sklearn{package_version('scikit-learn')}-seed{SEED}", _split)
-    split = {s: Split(torch.from_numpy(arrays[f"{s}_x"]), torch.from_numpy(arrays[f"{s}_y"]))
-             for s in ("train", "val", "test")}
     return Dataset(
         name="digits",
-        train=split["train"], val=split["val"], test=split["test"],
+        train=Split.from_arrays(arrays, "train"), val=Split.from_arrays(arrays, "val"),
+        test=Split.from_arrays(arrays, "test"),
         labels=[str(i) for i in range(10)],
         source="scikit-learn sklearn.datasets.load_digits (UCI ML hand-written digits, test set of Alpaydin & Kaynak 1998)",
         license="CC BY 4.0 (UCI Machine Learning Repository)",

@@ -42,7 +42,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from zoo.config import data_dir
 from zoo.data.base import Dataset, Split, cached_arrays, register_dataset, require
@@ -387,8 +386,7 @@ x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)'''
 
 def _load(name: str) -> Dataset:
     arrays = cached_arrays(name, _version(name), lambda: _build(name))
-    split = {s: Split(torch.from_numpy(arrays[f"{s}_x"]), torch.from_numpy(arrays[f"{s}_y"]))
-             for s in ("train", "val", "test", "second-domain")}
+    split = {s: Split.from_arrays(arrays, s) for s in ("train", "val", "test", "second-domain")}
     info = texts()
     vocab = json.loads(tokenizer_json(name))["model"]["vocab"]
     sources = info["sources"]

@@ -9,6 +9,8 @@ import torch
 
 from zoo.data.base import Dataset, Split, cached_arrays, package_version, register_dataset, require
 
+ARGS = ("num_samples", "train_split", "seed")  # the generator's arguments the provenance names, cached with the arrays
+
 
 def _generate() -> dict:
     """The paper's defaults (5,000 samples, the standard 4000/1000 train/test split, seed 42) through the package's
@@ -18,14 +20,14 @@ def _generate() -> dict:
     args = data.get_dataset_args()
     made = data.make_dataset(args)  # get_dataset() would try a download first
     return {**{k: made[k] for k in ("x", "y", "x_test", "y_test")},
-            **{f"args_{k}": np.array(getattr(args, k)) for k in ("num_samples", "train_split", "seed")}}
+            **{f"args_{k}": np.array(getattr(args, k)) for k in ARGS}}
 
 
 @register_dataset("mnist1d")
 @cache
 def load() -> Dataset:
     raw = cached_arrays("mnist1d", f"{package_version('mnist1d')}-defaults", _generate)
-    args = {k: raw[f"args_{k}"].item() for k in ("num_samples", "train_split", "seed")}
+    args = {k: raw[f"args_{k}"].item() for k in ARGS}
     x_train, y_train = raw["x"].astype(np.float32), raw["y"].astype(np.int64)
     x_test, y_test = raw["x_test"].astype(np.float32), raw["y_test"].astype(np.int64)
     # Validation: the last 500 of the 4000 training samples (the generator's order is fixed by its seed).
