@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,17 @@ from zoo import catalog, docs
 from zoo.store.pointer import pointer_for
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+EXCEPTION_LINE = re.compile(r"^\s*(\[rank\d+\]:\s*)?[\w.]*(Error|Exception|Interrupt)\b.*")
+
+
+def failed_run(cmd: list[str], stdout: str, stderr: str) -> str:
+    """A failed command's report for an assertion: the exception lines first (a rank's long exception message, or
+    torchrun's Root Cause section, can push them out of the tail), then the tails of its output."""
+    causes = list(dict.fromkeys(line.strip() for line in stderr.splitlines() if EXCEPTION_LINE.match(line)))
+    return (f"{' '.join(map(str, cmd))} failed\nexceptions: {causes[:6]}\n--- stdout (tail)\n{stdout[-2000:]}\n"
+            f"--- stderr (tail)\n{stderr[-5000:]}")
 
 
 def make_onnx(path: Path, n_in: int = 8, n_out: int = 3, seed: int = 0) -> Path:

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import REPO, free_port
+from tests.helpers import REPO, failed_run, free_port
 
 BIN = Path(sys.executable).parent
 SGD = ["optimizer.name=sgd", "optimizer.lr=0.05", "quantization.scheme=none", "export.variants=[fp32]",
@@ -42,8 +42,7 @@ def run(cmd: list[str], tmp_path: Path, timeout: int = 600, **extra) -> subproce
     result = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path, **extra), timeout=timeout,
                             cwd=tmp_path)
     if result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-6000:]}")
+        raise AssertionError(f"exit {result.returncode}: {failed_run(cmd, result.stdout, result.stderr)}")
     return result
 
 
@@ -278,7 +277,7 @@ def test_torchrun_across_two_hosts(tmp_path, cnn_reference, two_hosts, launcher,
         for p in procs:
             p.kill()  # a node left waiting for a peer that failed
     for p, (stdout, stderr) in zip(procs, outputs):
-        assert p.returncode == 0, f"{stdout[-2000:]}\n{stderr[-5000:]}"
+        assert p.returncode == 0, failed_run(p.args, stdout, stderr)
     check_same_model(cnn_reference, tmp_path / "out", 2, strategy)
 
 

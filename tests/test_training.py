@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO, all_cpus
+from tests.helpers import REPO, all_cpus, failed_run
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.export import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
 from zoo.store.pointer import sha256_file
@@ -37,7 +37,7 @@ def train(tmp_path: Path, out: str, *args: str, nproc: int | None = None, extra_
         result = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, **(extra_env or {})),
                                 timeout=600, cwd=tmp_path)
     if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+        raise AssertionError(failed_run(cmd, result.stdout, result.stderr))
     return result
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 from torch.distributed import run as elastic
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 from rich.table import Table
 
 from zoo.config import REPO_ROOT
@@ -106,6 +106,7 @@ def prepare(launcher: str, args: argparse.Namespace, extra: list[str] = ()):
     return recipe, strategy
 
 
+@record  # under torchrun, a rank's uncaught exception lands in its failure report (Root Cause), not only in the log
 def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
     """Run the trainer under `launcher`'s strategy; `init` joins the job (default: torchrun's environment)."""
     args = parse_args(argv)

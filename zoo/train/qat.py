@@ -7,7 +7,9 @@ activations, s8 per-channel weights) is the one onnxruntime's AVX2/VNNI int8 ker
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import warnings
 
 import torch
@@ -33,7 +35,7 @@ def prepare_qat(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Modul
     """
     model = copy.deepcopy(model).eval()
     batch = torch.export.Dim("batch", min=1)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _no_cyclic_gc():
         warnings.simplefilter("ignore")
         graph = torch.export.export(model, (example,), dynamic_shapes=({0: batch},)).module()
     # reduce_range (7-bit activations): AVX2 CPUs without VNNI multiply u8 x s8 pairs into saturating int16
@@ -41,11 +43,26 @@ def prepare_qat(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Modul
     # scored its QAT accuracy in torch. 7 bits give the same int8 results on AVX2, VNNI and AMX machines.
     config = get_default_x86_inductor_quantization_config(is_qat=True, reduce_range=True)
     quantizer = X86InductorQuantizer().set_global(config)
-    prepared = prepare_qat_pt2e(graph, quantizer)
+    with _no_cyclic_gc():
+        prepared = prepare_qat_pt2e(graph, quantizer)
     # Lets `.train()`/`.eval()` (called through DDP and other wrappers) map to PT2E's own switches.
     allow_exported_model_train_eval(prepared)
     move_exported_model_to_train(prepared)
     return prepared
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Python's cyclic GC held off while a graph is traced: a finalizer that runs tensor ops (a training library's
+    engine being collected) would otherwise run inside the trace, at whichever allocation triggers a collection."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def convert_qat(prepared: torch.nn.Module) -> torch.nn.Module:

@@ -8,6 +8,7 @@ by `make setup` into `$TORCH_EXTENSIONS_DIR` (default: the virtualenv's torch-ex
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -158,6 +159,11 @@ class _DeepSpeedBase(Strategy):
 
     def finish(self) -> None:
         self.engine.destroy()
+        # DeepSpeed turns Python's cyclic GC off while an engine lives and back on in destroy(). Engines are reference
+        # cycles: collected here, at a known point, their __del__ (destroy() again: optimizer hooks and buffers) cannot
+        # run inside whatever allocates next, such as the torch.export trace of the QAT phase or an ONNX export.
+        self.engine = self.optimizer = self.module = None
+        gc.collect()
 
 
 class ZeroStrategy(_DeepSpeedBase):
