@@ -59,17 +59,74 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
             assert f">{metric:.4f}<" in page
 
 
-def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
+def _chromium(playwright):
     assert shutil.which("chromium") or Path(CHROMIUM).exists(), "Debian's chromium is missing: `make setup` installs it"
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"])
+
+
+# Per page: tables that run past the article outside any scroll box; wide tables and code blocks without the
+# "scroll sideways" hint (docs/js/overflow.js, docs/css/zoo.css); code text under a copy button.
+LAYOUT = """() => {
+  const article = document.querySelector('article').getBoundingClientRect();
+  const scrollBox = (el) => { for (let p = el.parentElement; p && p.tagName !== 'ARTICLE'; p = p.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p; } return null; };
+  const hinted = (box, where) => box.classList.contains('zoo-overflows')
+      && getComputedStyle(box, where).content.includes('scroll sideways');
+  const found = {cut: [], unhinted: [], covered: []};
+  for (const table of document.querySelectorAll('article table')) {
+    const box = scrollBox(table), name = table.innerText.slice(0, 30);
+    if (!box && table.getBoundingClientRect().right > article.right + 1) found.cut.push(name);
+    if (box && box.scrollWidth > box.clientWidth + 1 && !hinted(box, '::before')) found.unhinted.push(name);
+  }
+  for (const code of document.querySelectorAll('article pre > code')) {
+    const pre = code.parentElement, name = code.innerText.slice(0, 30);
+    if (code.scrollWidth > code.clientWidth + 1 && !hinted(pre, '::after')) found.unhinted.push(name);
+    const button = pre.querySelector('.md-clipboard');
+    if (!button) continue;
+    const b = button.getBoundingClientRect(), text = document.createRange();
+    text.selectNodeContents(code);
+    if ([...text.getClientRects()].some(r => r.width > 0 && r.right > b.left && r.left < b.right
+                                        && r.bottom > b.top && r.top < b.bottom)) found.covered.push(name);
+  }
+  return found;
+}"""
+
+
+def test_pages_fit_a_laptop_and_a_phone_and_ask_nothing_of_the_network(site):
+    """At 1280 and 390 px every table and code block fits or says it scrolls, no copy button covers code, and no page
+    requests anything from outside the site (it is read offline, and from a mirror)."""
+    from playwright.sync_api import sync_playwright
+
+    url, _ = site
+    pages = ["", "models/", "reference/recipes/", "reference/benchmarks/", "reference/variants/", "guides/",
+             "guides/launchers/", "reference/results/validation/"] + [f"models/{name}/" for name in catalog.entries()]
+    elsewhere, problems = [], {}
+    with sync_playwright() as p:
+        browser = _chromium(p)
+        for width in (1280, 390):
+            page = browser.new_page(viewport={"width": width, "height": 844})
+            page.on("request", lambda r: None if r.url.startswith((url, "data:")) else elsewhere.append(r.url))
+            for path in pages:
+                page.goto(f"{url}/{path}", wait_until="networkidle")
+                found = page.evaluate(LAYOUT)
+                if any(found.values()):
+                    problems[f"{width}px /{path}"] = found
+            page.close()
+        browser.close()
+    assert not problems, problems
+    assert not elsewhere, elsewhere
+
+
+def test_browser_search_finds_entry_and_shows_card_accuracy(site, tmp_path):
     from playwright.sync_api import sync_playwright
 
     url, _ = site
     name = "mnist1d-cnn" if "mnist1d-cnn" in catalog.entries() else next(iter(catalog.entries()))
     card = catalog.get_card(name)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = _chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{url}/models/", wait_until="networkidle")
         assert "Models" in page.title()
@@ -106,6 +163,12 @@ def test_an_unbuilt_entry_says_so_and_offers_no_fetch(site, tmp_path):
     page = (out / "models" / "bert-base" / "index.html").read_text()
     assert "Not built yet" in page and "zoo build bert-base" in page and "PFLOP" in page
     assert "zoo fetch bert-base" not in page and "None thread" not in page
+    # Derived from the recipe and the architecture: one parameter count, no metrics, opsets or hashes before a build.
+    card = catalog.get_card("bert-base")
+    assert f"{card.num_params:,}" in page and "M parameters" not in page and " MB)" not in page
+    assert "95% CI" not in page and "<th>opset</th>" not in page and "<th>sha256</th>" not in page
+    index = (out / "models" / "index.html").read_text()
+    assert "17, 20" not in index.split('href="bert-base/"')[1].split("</tr>")[0]
     assert "zoo export bert-base --variant" not in page  # nothing to remake before fp32 exists
     rows = validate_entry(catalog.get_entry("bert-base"), tmp_path)
     assert [(r.check, r.verdict) for r in rows] == [("built", "skip")]

@@ -81,6 +81,10 @@ def _size(n: int | None) -> str:
     return "–" if n is None else f'<span data-sort="{n}">{human_size(n)}</span>'
 
 
+def _variant_type(v) -> str:
+    return " ".join(p for p in (v.precision, v.quantization) if p != "none")
+
+
 def _verdicts(validation: dict, name: str) -> dict[str, str]:
     """Latest validation verdict per variant: FAIL if any of its checks (or the entry's) failed."""
     rows = [r for r in validation.get("rows", []) if r["entry"] == name]
@@ -140,36 +144,9 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
              f"**Task** {c.task} · **Family** {c.family} · **Architecture** `{c.architecture}` · "
              f"**Parameters** {c.num_params:,} · **Licence** {c.license}", ""]
     if not any(v.built for v in c.variants.values()):
-        estimate = build_estimate(c, others or {})
-        lines += ["!!! warning \"Not built yet\"", "    No weights of this entry are published, so `zoo fetch` has "
-                  f"nothing to give and the table below lists planned variants. Build it with `zoo build {c.name}` "
-                  f"(planned run: `{c.training.command}`)"
-                  + (f" or import {imports} with `zoo import {c.name} --from <checkpoint dir>`"
-                     if (imports := model_spec(c.architecture).imports) else "")
-                  + (f"; {estimate}" if estimate else "") + ".", ""]
-    lines += ["## Variants", "",
-             f"| variant | type | opset | {c.primary_metric} (test, 95% CI) | validation | latency b1 / b32 (ms) | "
-             "speed vs fp32 (b1 / b32) | size |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    tested = c.dataset.splits.get("test")
-    for key, v in c.variants.items():
-        kind = kind_of(key, v)
-        label = f"{key} *" if kind.reference == "retrained" else key  # measured on its recipe's data
-        speed = (f"{v.speed.batch_1.vs_fp32:.2f}x / {v.speed.batch_32.vs_fp32:.2f}x" if v.speed else "–")
-        latency = (f"{v.speed.batch_1.median_ms:.3g} / {v.speed.batch_32.median_ms:.3g}" if v.speed else "–")
-        metric = v.metrics.get(c.primary_metric)
-        interval = (" [{:.4f}, {:.4f}]".format(*wilson_interval(metric, tested)) if metric is not None and tested
-                    and kind.reference != "retrained" else "")
-        lines.append(f"| {label} | {' '.join(p for p in (v.precision, v.quantization) if p != 'none')} | {v.opset} | "
-                     f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(metric)}</span>{interval} | "
-                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {latency} | "
-                     f"{speed} | {_size(v.size)} |")
-    lines += ["", f"95% CI: Wilson interval for {tested:,} test examples." if tested else "",
-              "", "<details markdown><summary>sha256 and how each file is made</summary>", "",
-              "| variant | sha256 | made by |", "| --- | --- | --- |"]
-    lines += [f"| {key} | `{v.sha256 or 'not built'}` | {kind_of(key, v).summary} |" for key, v in c.variants.items()]
-    lines += ["", "</details>"]
-    lines += speed_section(c)
+        lines += planned_section(c, others or {})
+    else:
+        lines += variants_section(c, verdicts)
     lines += baselines_section(c, baselines or {})
     if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
         lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
@@ -230,6 +207,52 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     if images:
         lines += ["", "## Measurements", ""] + images
     return "\n".join(lines) + "\n"
+
+
+def planned_section(c: ModelCard, others: dict) -> list[str]:
+    """An entry nobody has built: how to get it, what it would cost, and the variants a build would make. No metrics,
+    opsets or hashes: none exist yet."""
+    estimate = build_estimate(c, others)
+    imports = model_spec(c.architecture).imports
+    lines = ["!!! warning \"Not built yet\"", "    No weights of this entry are published, so `zoo fetch` has "
+             f"nothing to give. Build it with `zoo build {c.name}` (planned run: `{c.training.command}`)"
+             + (f" or import {imports} with `zoo import {c.name} --from <checkpoint dir>`" if imports else "")
+             + (f"; {estimate}" if estimate else "") + ".", "",
+             "## Planned variants", "",
+             f"The fp32 file will be about {human_size(4 * c.num_params)}: 4 bytes for each of the {c.num_params:,} "
+             "parameters of the architecture.", "",
+             "| variant | type | made by |", "| --- | --- | --- |"]
+    lines += [f"| {key} | {_variant_type(v)} | "
+              f"{kind_of(key, v).summary} |" for key, v in c.variants.items()]
+    return lines
+
+
+def variants_section(c: ModelCard, verdicts: dict[str, str]) -> list[str]:
+    """A built entry's variants: type, opset, accuracy with its 95% interval, validation, latency, size, sha256."""
+    lines = ["## Variants", "",
+             f"| variant | type | opset | {c.primary_metric} (test, 95% CI) | validation | latency b1 / b32 (ms) | "
+             "speed vs fp32 (b1 / b32) | size |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    tested = c.dataset.splits.get("test")
+    for key, v in c.variants.items():
+        kind = kind_of(key, v)
+        label = f"{key} *" if kind.reference == "retrained" else key  # measured on its recipe's data
+        speed = (f"{v.speed.batch_1.vs_fp32:.2f}x / {v.speed.batch_32.vs_fp32:.2f}x" if v.speed else "–")
+        latency = (f"{v.speed.batch_1.median_ms:.3g} / {v.speed.batch_32.median_ms:.3g}" if v.speed else "–")
+        metric = v.metrics.get(c.primary_metric)
+        interval = (" [{:.4f}, {:.4f}]".format(*wilson_interval(metric, tested)) if metric is not None and tested
+                    and kind.reference != "retrained" else "")
+        lines.append(f"| {label} | {_variant_type(v)} | {v.opset} | "
+                     f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(metric)}</span>{interval} | "
+                     f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {latency} | "
+                     f"{speed} | {_size(v.size)} |")
+    lines += ["", f"95% CI: Wilson interval for {tested:,} test examples." if tested else "",
+              "", "<details markdown><summary>sha256 and how each file is made</summary>", "",
+              "| variant | sha256 | made by |", "| --- | --- | --- |"]
+    lines += [f"| {key} | `{v.sha256 or 'not built'}` | {kind_of(key, v).summary} |" for key, v in c.variants.items()]
+    lines += ["", "</details>"]
+    lines += speed_section(c)
+    return lines
 
 
 def baselines_section(c: ModelCard, results: dict) -> list[str]:
@@ -410,13 +433,14 @@ def index_page(entries: dict, validation: dict) -> str:
     for name, entry in entries.items():
         c = entry.card
         metric = " | ".join(_fmt(c.metric(k)) if k in c.variants else "–" for k in shown)
-        opsets = sorted({v.opset for v in c.variants.values()} | {o for v in c.variants.values() for o in v.extra_opsets})
+        built = [v for v in c.variants.values() if v.built]  # a planned entry has no opsets yet
+        opsets = sorted({v.opset for v in built} | {o for v in built for o in v.extra_opsets})
         fp32 = c.variants["fp32"]
         fastest = c.fastest(1) if fp32.speed else None
         lines.append(f"| [{name}]({name}.md) | {c.task} | {c.num_params:,} | {metric} | "
                      f"{_size(fp32.size)} | {_fmt(fp32.speed.batch_32.median_ms if fp32.speed else None, 3)} | "
                      + (f"{fastest} ({c.variants[fastest].speed.batch_1.vs_fp32:.2f}x)" if fastest else "–")
-                     + f" | {', '.join(map(str, opsets))} |")
+                     + f" | {', '.join(map(str, opsets)) or '–'} |")
     timed = [e.card for e in entries.values() if e.card.variants["fp32"].speed]
     if timed:
         cpus = sorted({c.training.cpu.model for c in timed if c.training.cpu})

@@ -115,11 +115,12 @@ def build_estimate(card: ModelCard, others: dict) -> str:
     refs = [(training_flops(e.card), e.card) for e in others.values()
             if e.card.family == card.family and e.card.training.build_time_s and e.card.name != card.name]
     refs = [(f, ref) for f, ref in refs if f]
+    compute = f"training compute about {flops / 1e15:.3g} PFLOP (6 x parameters x tokens)"
     if not flops or not refs:
-        return f"training compute about {flops / 1e15:.1f} PFLOP (6 x parameters x tokens)" if flops else ""
+        return compute if flops else ""
     ref_flops, ref = max(refs, key=lambda r: r[0])
     cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
-    return (f"training compute about {flops / 1e15:.2f} PFLOP (6 x parameters x tokens), {flops / ref_flops:.0f}x "
+    return (f"{compute}, {flops / ref_flops:.0f}x "
             f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
             f"{plural(planned_processes(ref.training.command), 'process')} x {plural(ref.training.threads or 1, 'thread')}: "
             f"about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} hours on that CPU, scaled by compute "
