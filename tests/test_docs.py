@@ -219,6 +219,18 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
                     assert (name, key, v.sha256) in measured, f"{name} {key}: run python benchmarks/baselines.py"
 
 
+def test_the_benchmarks_page_reads_as_a_page(site):
+    """Short headings, each with text under it; one wording of the validation result on both pages that show it; no
+    wording about how this project's sessions run."""
+    _, out = site
+    bench = (out / "reference" / "benchmarks" / "index.html").read_text()
+    headings = re.findall(r"<h2[^>]*>(.*?)</h2>\s*(<[a-z0-9]+)", bench, flags=re.S)
+    assert headings and all(len(re.sub(r"<[^>]+>", "", h)) <= 80 and after != "<h2" for h, after in headings), headings
+    result = re.search(r"\d+ checks passed, \d+ failed, \d+ skipped", bench).group(0)
+    assert result in (out / "models" / "index.html").read_text()
+    assert not re.search(r"\b(session|lent)\b", re.sub(r"<[^>]+>", " ", bench)), "internal wording on the page"
+
+
 def test_the_guides_start_with_the_quickstart(site):
     """The guides' section opens with the Quickstart (the section's index page), not with the alphabetically first."""
     _, out = site

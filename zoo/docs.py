@@ -31,6 +31,7 @@ from zoo.recipes import Recipe, load_recipe
 from zoo.registry import model_name, model_uri
 from zoo.store.rebuild import build_estimate, buildable, planned_processes
 from zoo.variants import KINDS, kind_of
+from zoo.variants.checks import summary_line
 
 matplotlib.use("Agg")  # files only, never a window
 
@@ -449,8 +450,8 @@ def index_page(entries: dict, validation: dict) -> str:
                       f"{'/'.join(map(str, threads))} {'thread' if threads == [1] else 'threads'}, median of 30 runs, on {', '.join(cpus) or 'the build CPU'} "
                       "(ISA flags on each model's page)."]
     if validation:
-        lines += ["", f"Latest validation: {'all checks passed' if validation.get('passed') else 'FAILURES'} "
-                      f"({len(validation.get('rows', []))} checks, {validation.get('seconds', 0):.0f} s)."]
+        lines += ["", "Latest validation ([report](../reference/results/validation.md)): " + summary_line(
+            [(r["ok"], r.get("skipped", False)) for r in validation.get("rows", [])], validation.get("seconds", 0))]
     return "\n".join(lines) + "\n"
 
 
@@ -559,7 +560,7 @@ BENCHMARK_PAGES = ["baselines.md", "tokenization.md", "latency.md", "profiles.md
 def _summary(report: list[str]) -> list[str]:
     """A report's first paragraph after its title (its measurement conditions or its headline)."""
     body = [line for line in report[1:]]
-    while body and not body[0].strip():
+    while body and (not body[0].strip() or body[0].startswith("#")):  # blank lines and sub-headings before it
         body.pop(0)
     end = next((i for i, line in enumerate(body) if not line.strip()), len(body))
     return body[:end]
@@ -577,13 +578,16 @@ def benchmarks_page() -> tuple[str, dict[str, str]]:
         if not path.exists():
             continue
         report = path.read_text().splitlines()
-        title = report[0].lstrip("# ").strip()
+        # A heading names the report; what it was measured with (a title's parentheses) goes under it.
+        title, _, conditions = report[0].lstrip("# ").strip().partition(" (")
         pages[name] = path.read_text()
-        lines += [f"## {title}", "", *_summary(report), "", f"[Full report](results/{name}) · "
-                  f"`benchmarks/results/{name}`", ""]
+        lines += [f"## {title}", "", *([f"Conditions: {conditions.removesuffix(')')}.", ""] if conditions else []),
+                  *_summary(report), "", f"[Full report](results/{name}) · `benchmarks/results/{name}`", ""]
     gpu = RESULTS / "gpu" / "gpu_check.log"
     if gpu.exists():
         pages["gpu_check.md"] = "# GPU / NCCL check\n\n```\n" + gpu.read_text().strip() + "\n```\n"
-        lines += ["## GPU / NCCL check (`benchmarks/gpu_check.sh`)", "", "Run on a lent GPU machine when a session had one.",
-                  "", "[Full log](results/gpu_check.md)", ""]
+        device = gpu.read_text().splitlines()[0].split(" (UUID")[0]  # nvidia-smi -L's first line: "GPU 0: <model>"
+        lines += ["## GPU / NCCL check (`benchmarks/gpu_check.sh`)", "", f"Last run on {device.partition(': ')[2]}; "
+                  "this project's CI machines have no GPU, so it runs only where one is present.", "",
+                  "[Full log](results/gpu_check.md)", ""]
     return "\n".join(lines), pages

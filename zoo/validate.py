@@ -31,7 +31,7 @@ from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch, fetch_object
 from zoo.store.pointer import Pointer, pointer_for, read_pointer
 from zoo.variants import kind_of, made_from_fp32
-from zoo.variants.checks import EntryChecks, Row, load_test_sets, variant_rows
+from zoo.variants.checks import EntryChecks, Row, load_test_sets, summary_line, variant_rows
 from zoo.variants.make import derive, evaluation_data, inference_model
 from zoo.variants.opsets import Origin
 
@@ -264,10 +264,8 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
 
 
 def markdown_report(rows: list[Row], seconds: float) -> str:
-    failed = [r for r in rows if not r.ok]
-    skipped = [r for r in rows if r.skipped]
-    lines = ["# Validation report", "", f"{len(rows) - len(failed) - len(skipped)} checks passed, {len(failed)} failed, "
-             f"{len(skipped)} skipped, in {seconds:.0f} s.", "", "| entry | variant | check | verdict | measured | card | delta | detail |",
+    lines = ["# Validation report", "", summary_line([(r.ok, r.skipped) for r in rows], seconds), "",
+             "| entry | variant | check | verdict | measured | card | delta | detail |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: r.ok):
         fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731

@@ -50,6 +50,14 @@ class Row:
         return None if self.measured is None or self.card is None else self.measured - self.card
 
 
+def summary_line(outcomes: list[tuple[bool, bool]], seconds: float) -> str:
+    """The one wording of a validation run's outcome (its report, the docs); `outcomes`: (ok, skipped) per check."""
+    skipped = sum(bool(s) for _, s in outcomes)  # as Row.verdict: a skipped check is neither passed nor failed
+    failed = sum(not ok and not s for ok, s in outcomes)
+    return (f"{len(outcomes) - failed - skipped} checks passed, {failed} failed, {skipped} skipped, "
+            f"in {seconds:.0f} s.")
+
+
 def load_test_sets(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     sets = []
     for test_dir in sorted(folder.glob("test_data_set_*")):
