@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from zoo.cards import ModelCard, Variant, retraining_band
 from zoo.evaluate import predict
+from zoo.fsutil import plural
 from zoo.metrics import label_accuracy
 from zoo.export import read_metadata
 from zoo.ondevice.engine import OnnxTrainer, read_split, source_problem, training_artifacts, unpack_artifacts
@@ -54,8 +55,7 @@ def summary_line(outcomes: list[tuple[bool, bool]], seconds: float) -> str:
     """The one wording of a validation run's outcome (its report, the docs); `outcomes`: (ok, skipped) per check."""
     skipped = sum(bool(s) for _, s in outcomes)  # as Row.verdict: a skipped check is neither passed nor failed
     failed = sum(not ok and not s for ok, s in outcomes)
-    return (f"{len(outcomes) - failed - skipped} checks passed, {failed} failed, {skipped} skipped, "
-            f"in {seconds:.0f} s.")
+    return f"{plural(len(outcomes) - failed - skipped, 'check')} passed, {failed} failed, {skipped} skipped, in {seconds:.0f} s."
 
 
 def load_test_sets(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
