@@ -54,6 +54,7 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
         assert (f"zoo fetch {name} --variant fp32" in page) == fp32.built
         if fp32.built:  # sizes sort by bytes, accuracies carry their interval, hashes sit in a details block
             assert f'data-sort="{fp32.size}"' in page and "95% CI" in page and "<details" in page
+        assert not re.search(r"per class: [^<]*\d{4}", page)  # 48,000 as in the splits line, not 48000
         metric = entry.card.metric("fp32")
         if metric is not None:
             assert f">{metric:.4f}<" in page
@@ -226,6 +227,9 @@ def test_the_benchmarks_page_reads_as_a_page(site):
     bench = (out / "reference" / "benchmarks" / "index.html").read_text()
     headings = re.findall(r"<h2[^>]*>(.*?)</h2>\s*(<[a-z0-9]+)", bench, flags=re.S)
     assert headings and all(len(re.sub(r"<[^>]+>", "", h)) <= 80 and after != "<h2" for h, after in headings), headings
+    for report in (out / "reference" / "results").glob("*/index.html"):  # the full reports: their titles in the nav
+        title = re.search(r"<h1[^>]*>(.*?)</h1>", report.read_text(), flags=re.S).group(1)
+        assert len(re.sub(r"<[^>]+>", "", title)) <= 80, (report, title)
     result = re.search(r"[\d,]+ checks? passed, \d+ failed, \d+ skipped", bench).group(0)
     assert result in (out / "models" / "index.html").read_text()
     assert not re.search(r"\b(session|lent)\b", re.sub(r"<[^>]+>", " ", bench)), "internal wording on the page"

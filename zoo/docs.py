@@ -196,7 +196,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     lines += ["", "## Dataset", "", f"**{d.name}**: {_text(d.source)}.", "", f"Licence: {_text(d.license)}.", "",
               "Splits: " + ", ".join(f"{k} {v:,}" for k, v in d.splits.items()) + "."]
     if d.class_balance:
-        lines += ["", "Training examples per class: " + ", ".join(f"{k} {v}" for k, v in d.class_balance.items()) + "."]
+        lines += ["", "Training examples per class: " + ", ".join(f"{k} {v:,}" for k, v in d.class_balance.items()) + "."]
     lines += ["", "## Preprocessing", ""] + [f"{i}. {_text(step)}" for i, step in enumerate(c.preprocessing, 1)]
     lines += ["", "## Inputs and outputs", "", "| tensor | name | shape | dtype |", "| --- | --- | --- | --- |"]
     lines += [f"| input | `{t.name}` | {_shape(t.shape)} | {t.dtype} |" for t in c.inputs]
@@ -580,9 +580,10 @@ def benchmarks_page() -> tuple[str, dict[str, str]]:
         report = path.read_text().splitlines()
         # A heading names the report; what it was measured with (a title's parentheses) goes under it.
         title, _, conditions = report[0].lstrip("# ").strip().partition(" (")
-        pages[name] = path.read_text()
-        lines += [f"## {title}", "", *([f"Conditions: {conditions.removesuffix(')')}.", ""] if conditions else []),
-                  *_summary(report), "", f"[Full report](results/{name}) · `benchmarks/results/{name}`", ""]
+        under = [f"Conditions: {conditions.removesuffix(')')}.", ""] if conditions else []
+        pages[name] = "\n".join([f"# {title}", "", *under, *report[1:]]).rstrip() + "\n"
+        lines += [f"## {title}", "", *under, *_summary(report), "", f"[Full report](results/{name}) · "
+                  f"`benchmarks/results/{name}`", ""]
     gpu = RESULTS / "gpu" / "gpu_check.log"
     if gpu.exists():
         pages["gpu_check.md"] = "# GPU / NCCL check\n\n```\n" + gpu.read_text().strip() + "\n```\n"
