@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 
 import numpy as np
 import onnx
@@ -206,3 +207,21 @@ def test_the_cli_reads_at_80_columns():
         assert not split, (args, split[:5], narrow)
         broken = [line for line in narrow.splitlines() if line.count("`") % 2]
         assert not broken, (args, "a `command` broken across lines", broken)
+
+
+def test_variants_slower_than_fp32_are_explained_once_per_reason():
+    """`zoo card` and the model pages share one sentence per reason (zoo.variants.slower_than_fp32): every variant
+    slower than fp32 at batch 1 or 32 is named once, no reason twice, and none names layers the family lacks."""
+    from zoo import catalog
+    from zoo.variants import slower_than_fp32
+
+    for name in catalog.list_models():
+        card = catalog.get_card(name)
+        said = slower_than_fp32(card)
+        slow = {k for k, v in card.variants.items()
+                if k != "fp32" and v.speed and min(v.speed.batch_1.vs_fp32, v.speed.batch_32.vs_fp32) < 1}
+        named = [k for who, _ in said for k in card.variants
+                 if k != "fp32" and re.search(rf"(^| ){re.escape(k)}( |$)", who.split(" slower than")[0])]
+        assert sorted(named) == sorted(slow), (name, said)
+        assert len({why for _, why in said}) == len(said)
+        assert not any(word in why for _, why in said for word in ("GRU", "attention")), said

@@ -32,7 +32,7 @@ from zoo.store.serve import (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAU
                              ServeLimits, exposure_warning, load_secret)
 from zoo.store.serve import issue_token as issue_token_for
 from zoo.store.serve import serve as run_server
-from zoo.variants import KINDS, kind_of
+from zoo.variants import KINDS, kind_of, slower_than_fp32
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,  # plain help: no <bool> on flags
                   help="zoo: a model zoo whose every number is measured.")
@@ -172,13 +172,8 @@ def card(name: str, full: bool = typer.Option(False, "--full", help="Every colum
         say(f"fp32's latency over the variant's (above 1x: faster), onnxruntime, {threads} "
             f"{'thread' if threads == 1 else 'threads'}, median of {timed[0].runs} runs"
             + (f", on {cpu.model} ({' '.join(cpu.flags)})" if cpu else ""), label="speed: ", indent="  ")
-        slower = [k for k, v in c.variants.items() if v.speed and min(v.speed.batch_1.vs_fp32, v.speed.batch_32.vs_fp32) < 1]
-        reasons: dict[str, list[str]] = {}
-        for key in slower:  # one sentence per reason, naming every variant it applies to
-            reasons.setdefault(kind_of(key, c.variants[key]).slower_because, []).append(key)
-        for reason, keys in reasons.items():
-            say(f"{' and '.join(keys)} {'is' if len(keys) == 1 else 'are'} slower than fp32 on this CPU: {reason}",
-                indent="  ")
+        for who, why in slower_than_fp32(c):  # one sentence per reason, naming every variant it applies to
+            say(f"{who} on this CPU: {why}", indent="  ")
         say(f"batch 1 {c.fastest(1)}, batch 32 {c.fastest(32)} (`zoo fetch {c.name} --fastest [--batch 32]`)",
             label="fastest within tolerance: ", indent="  ")
     summaries: dict[str, list[str]] = {}

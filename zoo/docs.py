@@ -30,7 +30,7 @@ from zoo.models import build_model, model_spec
 from zoo.recipes import Recipe, load_recipe
 from zoo.registry import model_name, model_uri
 from zoo.store.rebuild import build_estimate, buildable, planned_processes
-from zoo.variants import KINDS, kind_of
+from zoo.variants import KINDS, kind_of, slower_than_fp32
 from zoo.variants.checks import summary_line
 
 matplotlib.use("Agg")  # files only, never a window
@@ -369,11 +369,7 @@ def speed_section(c: ModelCard) -> list[str]:
         lines.append(f"- Batch {batch}: **{best}** is the fastest that keeps fp32's {c.primary_metric} within its "
                      f"tolerance ({c.variants[best].speed.at(batch).vs_fp32:.2f}x fp32): "
                      f"`zoo fetch {c.name} --fastest" + (" --batch 32`" if batch == 32 else "`"))
-    for key, v in timed.items():
-        slow = [b for b in (1, 32) if v.speed.at(b).vs_fp32 < 1]
-        if slow and key != "fp32":
-            lines.append(f"- {key} is slower than fp32 here at batch {' and '.join(map(str, slow))}: "
-                         f"{kind_of(key, v).slower_because}.")
+    lines += [f"- {who} here: {why}." for who, why in slower_than_fp32(c)]
     return lines
 
 

@@ -84,6 +84,11 @@ class Kind:
         return fields | ({"format": self.format} if self.format != "onnx" else {})
 
 
+# Why a static int8 file (QAT or PTQ) can be slower than fp32: the same for both, and for every family.
+_INT8_OVERHEAD = ("each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
+                  "integer arithmetic; in narrow layers at small batches those conversions and the per-operator "
+                  "overhead cost more than the integer products save")
+
 KINDS: dict[str, Kind] = {k.key: k for k in [
     Kind("fp32", "model.onnx", "fp32", "none", "training",
          "the trained weights, exported by the TorchScript exporter at the recipe's opsets",
@@ -91,26 +96,22 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
     Kind("int8-qat", "model.int8-qat.onnx", "int8", "qat", "training",
          "quantization-aware fine-tuning (torchao PT2E), exported as QDQ by the dynamo exporter",
          tolerance=0.01, reference="labels", in_recipe=True, fixed_opset=20, docs_column=True,
-         slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
-                        "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
-                        "conversions and the per-operator overhead cost more than the integer products save",
+         slower_because=_INT8_OVERHEAD,
          metadata={**_INT8, "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor "
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
     Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
          "onnxruntime quantize_static of the fp32 file, calibrated on the recipe's seeded training batches",
          tolerance=0.01, reference="labels", tool="quantize_static", in_recipe=True, cpu_dependent=True,
-         slower_because="each int8 layer quantizes its input and dequantizes its output, and only the matrix products run in "
-                        "integer arithmetic; in narrow layers (small convolutions, a small GRU, batch 1) those "
-                        "conversions and the per-operator overhead cost more than the integer products save",
+         slower_because=_INT8_OVERHEAD,
          metadata={**_INT8, "zoo.quantization": "ptq: onnxruntime quantize_static, QDQ, MinMax calibration, "
                    "activations u8 per-tensor, weights s8 per-channel, reduce_range, " + EMBEDDING_SCHEME}),
     Kind("int8-dynamic", "model.int8-dynamic.onnx", "int8", "dynamic", "from-fp32",
          "onnxruntime quantize_dynamic of the fp32 file (transformers: after onnxruntime's transformer optimizer, so "
          "attention runs as QAttention): int8 weights, activations quantized per batch at run time",
          tolerance=0.01, reference="labels", tool="quantize_dynamic", in_recipe=True, docs_column=True,
-         slower_because="only the MatMul-type layers (Linear, attention projections) become int8, each finding its "
-                        "input's range at run time; convolutions and recurrences stay fp32, so a model made mostly of "
-                        "them gains little and pays the conversions",
+         slower_because="only the matrix-multiplication layers become int8, each finding its input's range at run "
+                        "time; convolutions and recurrences stay fp32, so a model made mostly of them gains little and "
+                        "pays the conversions",
          metadata={"zoo.precision.weights": "int8", "zoo.precision.activations": "fp32 (u8 per batch inside the "
                    "integer ops)", "zoo.precision.compute": "int8 (u8 activations x s8 weights)",
                    "zoo.precision.accumulation": "int32",
@@ -132,6 +133,24 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
          "the fp32 weights retrained by a federated recipe (launchers/federated.py), measured on its data",
          tolerance=0.02, reference="retrained"),
 ]}
+
+
+def slower_than_fp32(card) -> list[tuple[str, str]]:
+    """(who, why) for each reason a card's timed variants are slower than fp32 at batch 1 or 32, one per reason:
+    ("int8-qat and int8-ptq are slower than fp32 at batch 1", "each int8 layer ...")."""
+    grouped: dict[str, list[str]] = {}
+    for key, v in card.variants.items():
+        slow = [b for b in (1, 32) if key != "fp32" and v.speed and v.speed.at(b).vs_fp32 < 1]
+        if slow:
+            grouped.setdefault(kind_of(key, v).slower_because, []).append((key, " and ".join(map(str, slow))))
+    said = []
+    for why, slow in grouped.items():
+        batches = {b for _, b in slow}
+        names = [k if len(batches) == 1 else f"{k} (batch {b})" for k, b in slow]
+        who = f"{' and '.join(names)} {'is' if len(slow) == 1 else 'are'} slower than fp32" + (
+            f" at batch {batches.pop()}" if len(batches) == 1 else "")
+        said.append((who, why))
+    return said
 
 
 def kind_of(key: str, variant) -> Kind:
