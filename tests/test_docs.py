@@ -55,6 +55,8 @@ def test_every_entry_has_a_page_generated_from_its_card(site):
         if fp32.built:  # sizes sort by bytes, accuracies carry their interval, hashes sit in a details block
             assert f'data-sort="{fp32.size}"' in page and "95% CI" in page and "<details" in page
         assert not re.search(r"per class: [^<]*\d{4}", page)  # 48,000 as in the splits line, not 48000
+        if "retrained by its recipe" in page:  # the footnote right under the variants table, before the next heading
+            assert page.index("retrained by its recipe") < page.index('id="which-variant-to-use"')
         metric = entry.card.metric("fp32")
         if metric is not None:
             assert f">{metric:.4f}<" in page

@@ -104,29 +104,37 @@ def _verdicts(validation: dict, name: str) -> dict[str, str]:
 def _plots(card: ModelCard, folder: Path, out: Path) -> list[str]:
     images = []
     curve = _load_json(folder / "training_curve.json")
-    if curve:
-        fig, ax = plt.subplots(figsize=(6, 3.2))
-        offset = 0
-        for phase, points in curve.items():
-            ax.plot([s + offset for s in points["step"]], points["loss"], label=phase)
-            offset += (points["step"][-1] + 1) if points["step"] else 0
-        ax.set(xlabel="optimizer step", ylabel="training loss", yscale="log", title=f"{card.name}: training curve")
-        ax.legend()
+    phases = {phase: points for phase, points in (curve or {}).items() if points["step"]}
+    if phases:
+        # One panel per phase, each over its own steps: a QAT phase of a few hundred steps after thousands of fp32
+        # steps would otherwise be a sliver at the right edge.
+        fig, axes = plt.subplots(1, len(phases), figsize=(6.4, 3.2), sharey=True, squeeze=False,
+                                 gridspec_kw={"width_ratios": [2] + [1] * (len(phases) - 1)})
+        for ax, (phase, points) in zip(axes[0], phases.items()):
+            ax.plot(points["step"], points["loss"])
+            ax.set(xlabel=f"{phase} optimizer step", yscale="log", title=phase)
+        axes[0][0].set_ylabel("training loss")
+        fig.suptitle(f"{card.name}: training curve")
         fig.tight_layout()
         fig.savefig(out / f"{card.name}-curve.png", dpi=110)
         plt.close(fig)
         images.append(f"![training curve](img/{card.name}-curve.png)")
+        if "qat" in phases:
+            images += ["", "The qat panel continues from the trained fp32 weights with fake quantization inserted "
+                           "(weights and activations rounded to int8 in every step, at the recipe's "
+                           "`quantization.qat_lr`), so its losses sit above the end of fp32's: what the rounding costs "
+                           "after fine-tuning is int8-qat's accuracy in the variants table.", ""]
     # Variants measured on the card's test set only (a retrained variant's accuracy is on its own recipe's data).
     timed = {k: v for k, v in card.variants.items() if v.speed and v.metrics.get(card.primary_metric) is not None
              and kind_of(k, v).reference != "retrained"}
     tested = card.dataset.splits.get("test")
     if timed:
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        for key, v in timed.items():
+        for (key, v), marker in zip(timed.items(), "osD^vP*X"):  # a marker each: equal points stay distinguishable
             metric = v.metrics[card.primary_metric]
             low, high = wilson_interval(metric, tested) if tested else (metric, metric)
-            ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=[[metric - low], [high - metric]], fmt="o",
-                        capsize=3, label=key)  # the interval as it is: never above 1
+            ax.errorbar(v.speed.batch_32.median_ms, metric, yerr=[[metric - low], [high - metric]], fmt=marker,
+                        capsize=3, label=key, markerfacecolor="none", markersize=8)  # the interval as it is: never above 1
         ax.set(xlabel=f"onnxruntime latency, batch 32, {plural(next(iter(timed.values())).speed.threads, 'thread')} (ms)",
                ylabel=card.primary_metric,
                title=f"{card.name}: accuracy (95% CI) vs latency")
@@ -149,8 +157,6 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     else:
         lines += variants_section(c, verdicts)
     lines += baselines_section(c, baselines or {})
-    if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):
-        lines += ["", "\\* retrained by its recipe and measured on that recipe's data (below)."]
     extra = [f"opset {o}: `{f}`" for v in c.variants.values() for o, f in v.extra_opsets.items()]
     if extra:
         lines += ["", "The fp32 weights are also exported at " + ", ".join(extra) + "."]
@@ -247,8 +253,11 @@ def variants_section(c: ModelCard, verdicts: dict[str, str]) -> list[str]:
                      f"<span class=\"metric\" data-variant=\"{key}\">{_fmt(metric)}</span>{interval} | "
                      f"{verdicts.get(key, verdicts.get('*', 'not run')) if v.built else 'not built'} | {latency} | "
                      f"{speed} | {_size(v.size)} |")
-    lines += ["", f"95% CI: Wilson interval for {tested:,} test examples." if tested else "",
-              "", "<details markdown><summary>sha256 and how each file is made</summary>", "",
+    lines += ["", f"95% CI: Wilson interval for {tested:,} test examples." if tested else ""]
+    if any(kind_of(k, v).reference == "retrained" for k, v in c.variants.items()):  # the footnote under its table
+        lines += ["", "\\* retrained by its recipe and measured on that recipe's data (On-device and federated "
+                      "training, below)."]
+    lines += ["", "<details markdown><summary>sha256 and how each file is made</summary>", "",
               "| variant | sha256 | made by |", "| --- | --- | --- |"]
     lines += [f"| {key} | `{v.sha256 or 'not built'}` | {kind_of(key, v).summary} |" for key, v in c.variants.items()]
     lines += ["", "</details>"]
