@@ -167,7 +167,7 @@ def test_missing_test_data_set_fails(published, tmp_path):
     result = zoo_cli("validate", "--json", env=env, timeout=600)
     assert result.returncode == 1
     assert [(r["variant"], r["check"]) for r in _failed(result)] == [("*", "test data")]
-    assert "error: 1 validation check(s) failed" in result.stderr
+    assert "error: 1 validation check failed" in result.stderr
 
 
 def test_without_store_rebuilds_or_reports_skip(published, tmp_path):

@@ -404,7 +404,7 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
         for p in problems:
             out.print(f"  {p.status:8} {p.entry} {p.label} ({p.path}) sha256 {p.sha256}")
     if bad:
-        raise ZooError(f"{bad} card object(s) missing or corrupt in the store(s): publish them with "
+        raise ZooError(f"{plural(bad, 'card object')} missing or corrupt in the stores: publish them with "
                        "`zoo publish NAME [--to STORE]` from a build of the card's commit")
 
 
@@ -497,7 +497,7 @@ def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Pri
         if r.differences:
             out.print("this machine differs from the card's build: " + "; ".join(r.differences))
     if not r.identical:
-        raise ZooError(f"{sum(not f.same for f in r.files)} of {len(r.files)} file(s) of '{name}' did not reproduce"
+        raise ZooError(f"{sum(not f.same for f in r.files)} of {plural(len(r.files), 'file')} of '{name}' did not reproduce"
                        + ("" if r.comparable else " (expected: " + "; ".join(r.differences) + ")"))
 
 
@@ -638,7 +638,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
         out.print(table)
     failed = [r for r in rows if not r.ok]
     if failed:
-        raise ZooError(f"{len(failed)} validation check(s) failed, first: {failed[0].entry} {failed[0].variant} "
+        raise ZooError(f"{plural(len(failed), 'validation check')} failed, first: {failed[0].entry} {failed[0].variant} "
                        f"{failed[0].check}: {failed[0].detail}")
 
 

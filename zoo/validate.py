@@ -26,6 +26,7 @@ from zoo.catalog import Entry
 from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.evaluate import accuracy
+from zoo.fsutil import plural
 from zoo.provenance import machine_differences
 from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch, fetch_object
@@ -194,7 +195,7 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     if source == "store" and cheap and not entry.card.training.imported_from and entry.card.training.git_commit:
         rows += _reproduce(entry, scratch, log)
     test_sets = load_test_sets(folder)
-    rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=f"{len(test_sets)} test_data_set(s)" if test_sets
+    rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=plural(len(test_sets), "test_data_set") if test_sets
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
     data = load_dataset(card.dataset.name)
     split = data.test

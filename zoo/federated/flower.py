@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import FedAvg
 from zoo import faults
 from zoo.federated.client import recipe_of
 from zoo.federated.server import FleetModel, central_baseline, summary_record
-from zoo.fsutil import atomic_write_text
+from zoo.fsutil import atomic_write_text, plural
 from zoo.train.tracking import Tracker
 
 server_app = ServerApp()
@@ -62,7 +62,7 @@ class ZooFedAvg(FedAvg):
         self.last = {"clients": [c for c, _ in accepted], "refused": [r for _, r in sorted(refused)], "failed": failed,
                      "samples": {str(c): int(m.content["metrics"]["num-examples"]) for c, m in accepted}}
         if len(accepted) < self.fleet.cfg.min_clients:
-            self.fleet.log(f"server: round {self.fleet.round_number(server_round)}: {len(accepted)} update(s) < "
+            self.fleet.log(f"server: round {self.fleet.round_number(server_round)}: {plural(len(accepted), 'update')} < "
                            f"min_clients {self.fleet.cfg.min_clients}; the global model is kept")
             return None, None
         return super().aggregate_train(server_round, [m for _, m in accepted])

@@ -22,6 +22,7 @@ import urllib3
 from pydantic import BaseModel, Field, ValidationError
 
 from zoo.config import lfs_timeout
+from zoo.fsutil import plural
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
 from zoo.store.cache import check_file, lfs_objects, object_relpath
@@ -262,7 +263,7 @@ class HttpRemote(Remote):
             answer = BatchAnswer.model_validate_json(response.content)
         except ValidationError as exc:
             raise RemoteError(f"{self.url}: batch {operation} answered HTTP {response.status_code} with something that "
-                              f"is not a Git LFS batch answer ({exc.error_count()} problem(s), e.g. "
+                              f"is not a Git LFS batch answer ({plural(exc.error_count(), 'problem')}, e.g. "
                               f"{exc.errors()[0]['msg']})") from None
         return {obj.oid: obj for obj in answer.objects}
 
