@@ -2,7 +2,7 @@
 
     deepspeed --num_gpus 2 launchers/deepspeed.py --recipe fp32 parallelism.strategy=zero3
     torchrun --nproc_per_node 2 launchers/deepspeed.py --recipe fp32 parallelism.strategy=ds-pp
-    deepspeed --hostfile hosts launchers/deepspeed.py --recipe qat-int8       # multi-node (see README)
+    deepspeed --hostfile hosts launchers/deepspeed.py --recipe qat-int8       # multi-node (docs/guides/launchers.md)
 
 The DeepSpeed config is generated from the recipe (zoo/train/parallel/deepspeed.py); the run writes
 it to <output-dir>/deepspeed_config.json. Without a ZeRO/pipeline strategy in the recipe: ZeRO-2.

@@ -41,7 +41,7 @@ def pytest_unconfigure(config):
             os.environ.pop(var, None)
 
 
-# The files that take longest first (wall seconds of the last fresh-clone run, README): pytest-xdist hands whole
+# The files that take longest first (wall seconds of the last fresh-clone run, docs/guides/testing.md): pytest-xdist hands whole
 # files to the two workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and
 # the short ones fill the end of the run instead of one long file running alone at the end.
 LONGEST_FIRST = ["test_parallel", "test_federated", "test_hostile", "test_families", "test_validate", "test_training",

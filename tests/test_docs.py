@@ -237,6 +237,16 @@ def test_the_benchmarks_page_reads_as_a_page(site):
     assert not re.search(r"\b(session|lent)\b", re.sub(r"<[^>]+>", " ", bench)), "internal wording on the page"
 
 
+def test_the_readme_is_a_front_door():
+    """The README stays short and sends readers to the guides: every guide is linked from it, every link resolves."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "the README grew: move the detail into a guide under docs/guides/"
+    links = set(re.findall(r"\]\((docs/[^)#]+)", readme))
+    assert all((REPO / link).is_file() for link in links), [link for link in links if not (REPO / link).is_file()]
+    guides = {f"docs/guides/{p.name}" for p in (REPO / "docs" / "guides").glob("*.md")}
+    assert guides <= links, f"guides the README does not link: {sorted(guides - links)}"
+
+
 def test_the_guides_start_with_the_quickstart(site):
     """The guides' section opens with the Quickstart (the section's index page), not with the alphabetically first."""
     _, out = site

@@ -667,7 +667,7 @@ def docs() -> None:
 @app.command()
 def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
           host: str = typer.Option("127.0.0.1", help="Address to listen on; for a public mirror put a TLS proxy in "
-                                                      "front (README: Run a public mirror)."),
+                                                      "front (docs/guides/stores.md: Run a public mirror)."),
           port: int = typer.Option(8080),
           secret_file: Path = typer.Option(None, help="File holding the signing secret (else $ZOO_SERVE_SECRET): "
                                                       "upload tokens and action links are signed with it."),

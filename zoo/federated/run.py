@@ -3,7 +3,7 @@
 A SuperLink, one SuperNode per client of the recipe and `flwr run zoo/federated/app`, as separate processes on
 127.0.0.1, started and stopped by PID. Always with TLS (a CA and a server certificate for 127.0.0.1 made for the run)
 and SuperNode authentication (each node's P-384 key registered with the SuperLink before it connects). Across hosts
-the same three commands run on different machines (README, "Federated learning").
+the same three commands run on different machines (docs/guides/ondevice.md, "Federated learning on Flower").
 """
 
 from __future__ import annotations
