@@ -133,7 +133,8 @@ def main() -> None:
     lines = [f"# Fetch throughput ({size / (1 << 20):.0f} MiB object, median of {args.repeats})", "",
              "| path | seconds | MiB/s | time vs plain copy |", "| --- | --- | --- | --- |"]
     for k in rows:
-        lines.append(f"| {k} | {medians[k]:.3f} | {result['throughput_mib_s'][k]:.0f} | {result['ratio_vs_plain_copy'][k]:.2f}x |")
+        lines.append(f"| {k} | {medians[k]:.3f} | {result['throughput_mib_s'][k]:.0f} | "
+                     f"{result['ratio_vs_plain_copy'][k]:.2f}x |")
     rate = result["throughput_mib_s"]
     cpu = cpu_info()
     sha_ni = "sha_ni" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else False
@@ -144,8 +145,10 @@ def main() -> None:
               f"| sha256 alone, share of a plain copy's rate (the ceiling of any verified fetch) | "
               f"{rate['sha256 alone'] / rate['plain copy']:.0%} |",
               f"| file remote, share of the sha256 ceiling | {rate['file remote'] / rate['sha256 alone']:.0%} |",
-              f"| file remote vs `git lfs pull` from the same bare repo | {rate['file remote'] / rate['git lfs pull, file store']:.1f}x faster |",
-              f"| http remote vs `git lfs pull` from the same server | {rate['http remote'] / rate['git lfs pull, http server']:.1f}x faster |",
+              f"| file remote vs `git lfs pull` from the same bare repo | "
+              f"{rate['file remote'] / rate['git lfs pull, file store']:.1f}x faster |",
+              f"| http remote vs `git lfs pull` from the same server | "
+              f"{rate['http remote'] / rate['git lfs pull, http server']:.1f}x faster |",
               "", "The plain copy is `shutil.copyfile` (the kernel's copy_file_range: no pass through user space). A "
               "verified fetch must hash every byte, so it cannot beat sha256 alone; where the kernel copies faster "
               "than twice sha256's rate, half a plain copy's rate is out of reach for any verified fetch."]

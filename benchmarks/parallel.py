@@ -130,7 +130,8 @@ def main() -> None:
         theory = THEORY_BYTES_PER_PARAM.get(r["strategy"])
         if theory:
             r["theory_model_state_mib"] = theory(r["processes"]) * n_params / 2**20
-    report = {"model": "bert (12 layers, hidden 512)", "allocator": allocator_env().get("LD_PRELOAD", "system malloc"), "num_params": n_params, "global_batch": args.global_batch,
+    report = {"model": "bert (12 layers, hidden 512)", "allocator": allocator_env().get("LD_PRELOAD", "system malloc"),
+              "num_params": n_params, "global_batch": args.global_batch,
               "cpu": cpu_label(), "cores": os.cpu_count(), "sequence_length": SEQUENCE, "layers": 12, "hidden": 512,
               "steps": args.steps, "threads_per_process": 1, "layouts": results}
     atomic_write_text(RESULTS / "parallel.json", json.dumps(report, indent=2) + "\n")

@@ -7,7 +7,8 @@
 Without --onnx the base model is the catalog entry named by the recipe's model (`zoo fetch`, sha256-verified).
 The server refuses updates made from another base (sha256) or quantization/precision state, goes on without
 clients that fail or miss a round's timeout, saves after every round and resumes from the last one when run again.
-On several hosts, run the SuperLink, the SuperNodes and `flwr run` yourself (docs/guides/ondevice.md, "Federated learning on Flower").
+On several hosts, run the SuperLink, the SuperNodes and `flwr run` yourself (docs/guides/ondevice.md, "Federated
+learning on Flower").
 """
 
 import sys

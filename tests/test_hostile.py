@@ -439,7 +439,8 @@ def test_launcher_errors_are_one_line_and_said_once(tmp_path):
     # `zoo train` checks the recipe before torchrun starts any worker: its whole output is the one line.
     checked = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), env=env, ranks=False)
     assert checked.returncode == 1 and checked.stdout == ""
-    assert checked.stderr.strip().splitlines() == [f"error: {recipe}: the top level must be a mapping of recipe fields (name, model, ...), not a list"]
+    assert checked.stderr.strip().splitlines() == [
+        f"error: {recipe}: the top level must be a mapping of recipe fields (name, model, ...), not a list"]
     # A worker that fails mid-run: its own output, then one line naming it, not torchrun's ChildFailedError report.
     failed = zoo_cli("train", "--nproc-per-node", "2", "--recipe", "fp32", "--no-tracking", "steps=4",
                      "--output-dir", str(tmp_path / "run"), env={**env, "ZOO_TEST_FAULT": "train-step@1:2"})

@@ -174,3 +174,12 @@ def test_a_ddp_rank_imports_no_other_strategy():
               "print('torch.distributed.pipelining' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout + result.stderr
+
+
+def test_the_code_passes_the_linter():
+    """ruff, configured in pyproject.toml ([tool.ruff]: line length, pycodestyle, pyflakes), over the whole checkout."""
+    ruff = Path(sys.executable).parent / "ruff"
+    assert ruff.exists(), "ruff is missing: `make setup` installs the dev dependencies"
+    result = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", str(REPO)],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]

@@ -62,8 +62,8 @@ if "onnxruntime" not in sys.modules:
 for _noisy in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):
     logging.getLogger(_noisy).setLevel(logging.ERROR)
 
-from zoo.catalog import get_card, get_entry, list_models
-from zoo.errors import ZooError
+from zoo.catalog import get_card, get_entry, list_models  # noqa: E402  (after the import hook above)
+from zoo.errors import ZooError  # noqa: E402
 
 __all__ = ["fetch", "get_card", "get_entry", "list_models", "ZooError"]
 __version__ = "0.1.0"

@@ -207,7 +207,8 @@ def _write_test_data(summary: RunSummary, out: Path, entry_dir: Path) -> None:
     folder = entry_dir / "test_data_set_0"
     folder.mkdir(exist_ok=True)
     for filename, array, tensor_name in (("input_0.pb", x, "input"), ("output_0.pb", y, "logits")):
-        atomic_write_bytes(folder / filename, numpy_helper.from_array(np.ascontiguousarray(array), tensor_name).SerializeToString())
+        tensor = numpy_helper.from_array(np.ascontiguousarray(array), tensor_name)
+        atomic_write_bytes(folder / filename, tensor.SerializeToString())
 
 
 def describe(name: str) -> Path:

@@ -12,7 +12,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.measure import Measurement
-from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -256,7 +255,7 @@ def fetch(
     From the checkout, cache, the configured LFS stores; derived variants
     (int8-ptq, fp16, ort-training, other opsets) no store has are made from the fp32 file and checked; with --build,
     files no store has are built from the entry's recipe and verified the same way."""
-    from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.store.fetch import fetch as fetch_variant  # lazy: torch + onnxruntime (~5 s)
 
     if fastest:
         if batch not in (1, 32):
@@ -265,7 +264,8 @@ def fetch(
         variant = c.fastest(batch)
         timing = c.variants[variant].speed.at(batch)
         err.print(f"fastest at batch {batch}: {variant} ({timing.median_ms:.3g} ms, {timing.vs_fp32:.2f}x fp32's speed "
-                  f"with {plural(c.variants[variant].speed.threads, 'thread')} on {c.training.cpu.model if c.training.cpu else 'the build CPU'})",
+                  f"with {plural(c.variants[variant].speed.threads, 'thread')} on "
+                  f"{c.training.cpu.model if c.training.cpu else 'the build CPU'})",
                   markup=False, highlight=False)
     result = fetch_variant(name, variant, dest=dest, rate_limit=limit_rate, show_progress=not as_json or sys.stderr.isatty(),
                            opset=opset, build=build)
@@ -442,7 +442,7 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
     """Build entries from their recipes and write their cards.
 
     Train, export, measure and write the cards' measured fields, from a clean, committed tree."""
-    from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime (~5 s)
 
     targets = catalog.list_models() if all_entries else (names or [])
     if all_entries:
@@ -501,15 +501,17 @@ def reproduce(name: str, as_json: bool = typer.Option(False, "--json", help="Pri
                        + ("" if r.comparable else " (expected: " + "; ".join(r.differences) + ")"))
 
 
+_FROM_FP32 = ", ".join(k for k, kind in KINDS.items() if kind.made == "from-fp32")
+
+
 @app.command("export")
-def export_cmd(name: str, variant: list[str] = typer.Option(..., help="Variant(s) to make from the fp32 file ("
-                                                            + ", ".join(k for k, kind in KINDS.items() if kind.made == "from-fp32")
-                                                            + ") that the entry's recipe does not make, or one the card "
+def export_cmd(name: str, variant: list[str] = typer.Option(..., help=f"Variants to make from the fp32 file ({_FROM_FP32}) "
+                                                            "that the entry's recipe does not make, or one the card "
                                                             "declares with `recipe:` (federated retraining).")) -> None:
     """Make variants from an entry's fp32 file (no retraining).
 
     The fp32 file is fetched; the variants are written into the entry and its card."""
-    from zoo.build import export_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.build import export_variant  # lazy: torch + onnxruntime (~5 s)
 
     for key in variant:
         path = export_variant(name, key, log=lambda m: err.print(m, markup=False))
@@ -529,7 +531,7 @@ def import_cmd(name: str, source: str = typer.Option(..., "--from", help="Checkp
     """Import an upstream BERT checkpoint as a zoo entry.
 
     Parity check against transformers, then fine-tune a task head and make every variant."""
-    from zoo.build import import_entry  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.build import import_entry  # lazy: torch + onnxruntime (~5 s)
 
     from zoo.importer import resolve_source  # lazy: with the build
 
@@ -545,7 +547,7 @@ def evaluate(name: str, variant: list[str] = typer.Option(None, help="Variants (
     """Measure a model's variants next to its card.
 
     Fetch them and measure their accuracy with onnxruntime, next to the card's numbers."""
-    from zoo.validate import evaluate_variant  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.validate import evaluate_variant  # lazy: torch + onnxruntime (~5 s)
 
     card = catalog.get_card(name)
     keys = variant or [k for k, v in card.variants.items() if v.built]
@@ -574,9 +576,9 @@ def finetune(name: str,
     """Fine-tune an entry on a device, without PyTorch.
 
     From its fp32 ONNX alone (onnxruntime-training); the new model is measured."""
-    from zoo.data.shifts import load_npz, shifted_split  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
-    from zoo.ondevice.finetune import finetune as run_finetune  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
-    from zoo.store.fetch import fetch  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.data.shifts import load_npz, shifted_split  # lazy: torch + onnxruntime (~5 s)
+    from zoo.ondevice.finetune import finetune as run_finetune  # lazy: torch + onnxruntime (~5 s)
+    from zoo.store.fetch import fetch  # lazy: torch + onnxruntime (~5 s)
 
     if not onnx_only:
         raise ZooError("zoo finetune trains the ONNX file: pass --onnx (PyTorch fine-tuning: torchrun launchers/ddp.py "
@@ -619,7 +621,7 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
     """Re-measure every variant of every entry against its card.
 
     The exit is non-zero on any failure."""
-    from zoo.validate import markdown_report, rows_json, validate as run_validation  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.validate import markdown_report, rows_json, validate as run_validation  # lazy: torch + onnxruntime (~5 s)
 
     rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
                                    rebuild_budget=rebuild_budget, reproduce_budget=reproduce_budget)
@@ -658,7 +660,7 @@ def docs() -> None:
     """Generate the docs site's pages from the cards.
 
     Model pages and references (then `mkdocs build`)."""
-    from zoo.docs import generate  # lazy: torch + onnxruntime load in ~5 s; `zoo list` and `--help` must not wait for them
+    from zoo.docs import generate  # lazy: torch + onnxruntime (~5 s)
 
     for path in generate():
         out.print(f"wrote {path}")

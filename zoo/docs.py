@@ -431,7 +431,8 @@ def preview(entries: dict) -> str:
 
 def index_page(entries: dict, validation: dict) -> str:
     shown = columns()
-    lines = ["---", "hide: [toc]", "---", "", "# Models", "", "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
+    lines = ["---", "hide: [toc]", "---", "", "# Models", "",
+             "Every number below is measured by `zoo build` / `zoo validate` and read from the cards. "
              "Click a column header to sort.", "",
              f"| model | task | params | {' | '.join(f'{k} accuracy' for k in shown)} | size (fp32) | "
              "fp32 latency b32 (ms) | fastest at batch 1 | opsets |",
@@ -452,7 +453,8 @@ def index_page(entries: dict, validation: dict) -> str:
         cpus = sorted({c.training.cpu.model for c in timed if c.training.cpu})
         threads = sorted({c.variants["fp32"].speed.threads for c in timed})
         lines += ["", f"Accuracy: each card's test split. Latency and speed: onnxruntime in each card's `zoo build`, "
-                      f"{'/'.join(map(str, threads))} {'thread' if threads == [1] else 'threads'}, median of 30 runs, on {', '.join(cpus) or 'the build CPU'} "
+                      f"{'/'.join(map(str, threads))} {'thread' if threads == [1] else 'threads'}, median of 30 runs, "
+                      f"on {', '.join(cpus) or 'the build CPU'} "
                       "(ISA flags on each model's page)."]
     if validation:
         lines += ["", "Latest validation ([report](../reference/results/validation.md)): " + summary_line(

@@ -1,5 +1,6 @@
 """The one test hook: `ZOO_TEST_FAULT=<point>@<n>[:<m>]` kills a process at a chosen place (or, for `build-cpu`, changes
-what a build computes), so the tests can show that the zoo recovers from it (real processes, real restarts). Unset, it costs one environment lookup.
+what a build computes), so the tests can show that the zoo recovers from it (real processes, real restarts). Unset, it
+costs one environment lookup.
 
 Points:
 - `train-step@RANK:STEP`: training rank RANK dies before optimizer step STEP, on its first attempt only

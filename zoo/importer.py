@@ -106,7 +106,8 @@ def resolve_source(spec: str) -> Path:
     try:
         package = importlib.import_module(module)
     except ImportError:
-        raise ZooError(f"import_source {spec!r}: the package providing '{module}' is not installed (make setup installs it)") from None
+        raise ZooError(f"import_source {spec!r}: the package providing '{module}' is not installed "
+                       "(make setup installs it)") from None
     return Path(package.__file__).parent / folder
 
 

@@ -129,7 +129,8 @@ def _derive_rows(entry: Entry, folder: Path, to_derive: list[tuple[Path, Pointer
         same = got == pointer
         detail = (f"{rel} made from fp32: sha256 {'equals the card' if same else f'{got.oid} differs from {pointer.oid}'}")
         if not same and not comparable:
-            detail += " (this machine's libraries (or, for a CPU-dependent kind, CPU) differ from the build's: reported, not failed)"
+            detail += (" (this machine's libraries (or, for a CPU-dependent kind, CPU) differ from the build's: "
+                       "reported, not failed)")
         rows.append(Row(entry.name, key, "derived", same or not comparable, detail=detail))
     return rows
 

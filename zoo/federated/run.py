@@ -292,8 +292,9 @@ def run_local(args: argparse.Namespace, recipe: Recipe) -> dict:
                                  f'data="{write_shard(recipe, i, workdir / f"node{i}" / "data.npz")}"'
                                  for i in range(recipe.federated.clients)]
     # The recipe as given (a catalog name or a .yaml path), resolved here: the ServerApp and ClientApps load it again.
-    run_config = {"recipe": str(recipe_path(args.recipe).resolve()), "overrides": json.dumps(list(args.overrides)), "base-onnx": str(base),
-                  "output-dir": str(out), "tracking": not args.no_tracking, "tracking-uri": args.tracking_uri or ""}
+    run_config = {"recipe": str(recipe_path(args.recipe).resolve()), "overrides": json.dumps(list(args.overrides)),
+                  "base-onnx": str(base), "output-dir": str(out), "tracking": not args.no_tracking,
+                  "tracking-uri": args.tracking_uri or ""}
     patience = recipe.federated.rounds * (recipe.federated.round_timeout_s + 60) + 300
     with LocalFederation(workdir, nodes, virtual_nodes=recipe.federated.clients if simulate else 0) as federation:
         status = federation.run(run_config, patience)

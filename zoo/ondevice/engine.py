@@ -24,6 +24,12 @@ import onnx
 import onnxruntime
 from onnxruntime import OrtValue
 
+from zoo.catalog import require_content
+from zoo.errors import ZooError
+from zoo.fsutil import atomic_write_bytes
+from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, float_weights, trainable_of
+from zoo.store.pointer import sha256_file
+
 
 def _training_package_without_torch() -> None:
     """onnxruntime-training 1.19.2's package `__init__` imports torch and DeepSpeed (for ORTModule, `amp`, `optim`,
@@ -36,12 +42,6 @@ def _training_package_without_torch() -> None:
 
 _training_package_without_torch()
 from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402  (after the registration)
-
-from zoo.catalog import require_content
-from zoo.errors import ZooError
-from zoo.fsutil import atomic_write_bytes
-from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, float_weights, trainable_of
-from zoo.store.pointer import sha256_file
 
 ARTIFACT_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
 SPLIT_FILE = "trainable.json"  # the trainable/frozen initializer names, their globs and the source file's sha256

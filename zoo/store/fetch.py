@@ -1,8 +1,8 @@
 """`zoo fetch`: get a variant's bytes, verified, from the first place that has them.
 
 Order: the real file in the checkout, the local cache, the repository's store (`store/`, read in place), then each
-configured store (mirrors). A corrupt copy in a store is reported on stderr, naming the store, and the next one tried. A download is
-taken under a per-object file lock, so concurrent fetches of one object download it once. A derived
+configured store (mirrors). A corrupt copy in a store is reported on stderr, naming the store, and the next one tried.
+A download is taken under a per-object file lock, so concurrent fetches of one object download it once. A derived
 variant (int8-ptq, fp16, ort-training, another opset) that no store has is made from the fetched fp32
 file and checked against the card's sha256 before it is cached, like a download. A file only the training run makes
 (fp32, int8-qat) that no store has can be built from the entry's recipe at the card's commit, when allowed

@@ -300,7 +300,7 @@ def _admit(entry: Entry, key: str, pointer: Pointer, out: Path, commit: str, log
 
 def _local_record(entry: Entry, key: str, card: Pointer, got: Pointer, file: str, accuracy: float,
                   commit: str, examples: int) -> LocalBuild:
-    spec, t = entry.card.variants[key], entry.card.training
+    t = entry.card.training
     differences = machine_differences(t)
     if faults.armed("build-cpu") is not None:
         differences.append("torch kernels of a CPU without AVX (ZOO_TEST_FAULT build-cpu) vs the build's AVX2")

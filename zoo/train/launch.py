@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite under $ZOO_HOME)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--profile-memory", action="store_true",
-                        help="count the last two fp32 steps' tensors by category (parameters, gradients, optimizer state, buffers, activations) per rank into summary.json")
+                        help="count the last two fp32 steps' tensors by category (parameters, gradients, optimizer "
+                             "state, buffers, activations) per rank into summary.json")
     parser.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                         help="run one cell per combination of these values in this one job (repeatable), each "
                              "into <output-dir>/<values joined by _>/, e.g. --sweep precision=fp32,bf16,fp16 "

@@ -301,7 +301,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
         converted = None
         if recipe.quantization.scheme == "qat-int8":
-            from zoo.train.qat import ObservedRanges, convert_qat, prepare_qat  # lazy: torchao (~3 s), only for recipes that quantize
+            from zoo.train.qat import ObservedRanges, convert_qat, prepare_qat  # lazy: torchao (~3 s), QAT recipes only
 
             q = recipe.quantization
             prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))

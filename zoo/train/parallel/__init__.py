@@ -148,4 +148,5 @@ def make_strategy(name: str, ctx, recipe, build_model) -> Strategy:
     return cls(ctx, recipe, build_model, **options.get(name, {}))
 
 
-__all__ = ["LAUNCHERS", "DEFAULTS", "MIN_PROCESSES", "support_matrix", "matrix_markdown", "requirement", "unsupported_here", "Strategy", "make_strategy", "qat_strategy", "strategy_for", "launcher_of"]
+__all__ = ["LAUNCHERS", "DEFAULTS", "MIN_PROCESSES", "support_matrix", "matrix_markdown", "requirement", "unsupported_here",
+           "Strategy", "make_strategy", "qat_strategy", "strategy_for", "launcher_of"]
