@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from tests.helpers import REPO, train_onnx
-from zoo.export import read_metadata
+from zoo.metadata import read_metadata
 from zoo.federated.fleet import write_shard
 from zoo.federated.run import LocalFederation
 from zoo.recipes import load_recipe

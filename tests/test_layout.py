@@ -35,7 +35,8 @@ RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.variants"), "zoo.
              "zoo.federated.client": ("zoo.federated.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages (files, or folders of them) that must read the kinds table, never branch on a kind's name or format.
-STAGES = ["build.py", "export.py", "store/fetch.py", "store/publish.py", "validate.py", "evaluate.py", "docs",
+STAGES = ["build.py", "export.py", "ort_quantize.py", "onnx_passes.py", "metadata.py", "store/fetch.py", "store/publish.py",
+          "validate.py", "evaluate.py", "docs",
           "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]
 
 

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from tests.helpers import ARTIFACTS, quick_digits_entry, train_onnx, zoo_cli
 from zoo.data import load_dataset
 from zoo.evaluate import accuracy, predict
-from zoo.export import read_metadata
+from zoo.metadata import read_metadata
 from zoo.ondevice.engine import ARTIFACT_FILES, SPLIT_FILE, OnnxTrainer, training_artifacts
 from zoo.ondevice.finetune import finetune
 from zoo.ondevice.trainable import TRAINABLE_KEY, float_weights

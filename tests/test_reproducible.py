@@ -12,7 +12,7 @@ import yaml
 
 from tests.helpers import ARTIFACTS, REPO, quick_recipe
 from zoo.cards import load_card
-from zoo.export import read_metadata
+from zoo.metadata import read_metadata
 from zoo.provenance import TreeState
 from zoo.store.pointer import pointer_for
 

@@ -17,7 +17,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import ZooError
-from zoo.export import gemm_as_matmul, quantize_embeddings, topological_sort
+from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
 from zoo.store.remotes import HashingWriter
 from zoo.train.trainer import BatchPlan, Phase, lr_at
 

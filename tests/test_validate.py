@@ -14,7 +14,7 @@ from tests.helpers import copy_of, shared_digits_entry, zoo_cli
 from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.evaluate import INT8_KERNELS, kernel_types
-from zoo.export import read_metadata
+from zoo.metadata import read_metadata
 from zoo.store.pointer import pointer_for, read_pointer
 from zoo.variants import KINDS
 

@@ -18,7 +18,7 @@ from zoo import catalog
 from zoo.data import load_dataset
 from zoo.errors import ZooError
 from zoo.evaluate import timings
-from zoo.export import optimize_transformer
+from zoo.ort_quantize import optimize_transformer
 from zoo.models import model_spec
 from zoo.provenance import cpu_info, current_versions
 from zoo.store.fetch import fetch

@@ -12,7 +12,7 @@ import onnx
 
 from zoo.errors import ZooError
 from zoo.evaluate import accuracy
-from zoo.export import read_metadata, write_metadata
+from zoo.metadata import read_metadata, write_metadata
 from zoo.federated.client import model_state
 from zoo.federated.fleet import fleet_data
 from zoo.fsutil import atomic_write_bytes, atomic_write_text

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from zoo.evaluate import accuracy
-from zoo.export import read_metadata, write_metadata
+from zoo.metadata import read_metadata, write_metadata
 from zoo.ondevice.engine import OnnxTrainer, artifacts_for
 from zoo.ondevice.trainable import trainable_of
 from zoo.store.pointer import sha256_file

@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from zoo import export
+from zoo import export, metadata
 from zoo.data import Dataset
 from zoo.evaluate import INT8_KERNELS, accuracy, kernel_types, predict
 from zoo.provenance import source_commit
@@ -51,7 +51,7 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
         task = bar.add_task(f"export fp32 (opset {primary})", total=len(opsets) + len(others))
 
         fp32 = export.export_fp32(model, example, out / KINDS["fp32"].file, primary)
-        fp32 = export.stamp(fp32, "fp32", {**common, **export.fp32_metadata(onnx.load(str(fp32)), model,
+        fp32 = metadata.stamp(fp32, "fp32", {**common, **export.fp32_metadata(onnx.load(str(fp32)), model,
                                                                             recipe.export.trainable)})
         extra = {}
         reference = predict(fp32, x).argmax(axis=1)
@@ -68,8 +68,8 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
             if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
                 if converted is None:
                     raise ValueError(f"{key} export needs the QAT-converted model (quantization.scheme: qat-int8)")
-                path = export.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
-                                    export.inherited_metadata(fp32), source=fp32)
+                path = metadata.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
+                                    metadata.inherited_metadata(fp32), source=fp32)
             else:
                 path = make_file(kind, fp32, out / kind.file, origin, recipe, data)
             results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))
@@ -84,4 +84,4 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
 
 
 def _opset(path: Path) -> int:
-    return int(export.read_metadata(path)["zoo.opset"])
+    return int(metadata.read_metadata(path)["zoo.opset"])

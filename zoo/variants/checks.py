@@ -20,7 +20,7 @@ from zoo.cards import ModelCard, Variant, retraining_band
 from zoo.evaluate import predict
 from zoo.fsutil import plural
 from zoo.metrics import label_accuracy
-from zoo.export import read_metadata
+from zoo.metadata import read_metadata
 from zoo.ondevice.engine import OnnxTrainer, read_split, source_problem, training_artifacts, unpack_artifacts
 from zoo.ondevice.trainable import trainable_of
 from zoo.recipes import Quantization, load_recipe

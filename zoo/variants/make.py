@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import torch
 
-from zoo import export
+from zoo import metadata, ort_quantize
 from zoo.cards import ModelCard, Variant, check_inside
 from zoo.config import REPO_ROOT
 from zoo.data import Dataset, load_dataset
@@ -48,15 +48,15 @@ def _quantize_static(fp32: Path, target: Path, recipe: Recipe | None, data: Data
     # Only calibration needs the recipe and the data: the caller's when it has them loaded, else the origin's.
     recipe = recipe or load_recipe(origin.recipe, model=origin.architecture)
     data = data or load_dataset(origin.dataset)
-    return export.export_int8_ptq(fp32, calibration_batches(recipe, data), target, recipe.quantization.ptq_op_types)
+    return ort_quantize.export_int8_ptq(fp32, calibration_batches(recipe, data), target, recipe.quantization.ptq_op_types)
 
 
 def _quantize_dynamic(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
-    return export.export_int8_dynamic(fp32, target, transformer=model_spec(origin.architecture).family == "bert")
+    return ort_quantize.export_int8_dynamic(fp32, target, transformer=model_spec(origin.architecture).family == "bert")
 
 
 def _float16(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
-    return export.export_fp16(fp32, target)
+    return ort_quantize.export_fp16(fp32, target)
 
 
 def _ort_training(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
@@ -79,9 +79,9 @@ def make_file(kind: Kind, fp32: Path, target: Path, origin: Origin, recipe: Reci
     if kind.made != "from-fp32":
         raise ZooError(f"'{kind.key}' is not made from the fp32 file: {kind.summary}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    inherited = export.inherited_metadata(fp32)
+    inherited = metadata.inherited_metadata(fp32)
     path = TOOLS[kind.tool](fp32, target, recipe, data, origin)
-    return export.stamp(path, kind.key, inherited, source=fp32) if kind.format == "onnx" else path
+    return metadata.stamp(path, kind.key, inherited, source=fp32) if kind.format == "onnx" else path
 
 
 def derive(key: str, variant: Variant, fp32: Path, target: Path, origin: Origin, opset: int | None = None) -> Path:
@@ -152,7 +152,7 @@ def _measure(kind: Kind, path: Path, fp32: Path, origin: Origin) -> dict:
     with inference_model(path, kind) as model:
         metrics = {"accuracy": accuracy(model, test.x.numpy(), test.y.numpy())}
     if kind.reference != "artifacts":
-        return {"opset": int(export.read_metadata(path)["zoo.opset"]), "tolerance": kind.tolerance, "metrics": metrics}
+        return {"opset": int(metadata.read_metadata(path)["zoo.opset"]), "tolerance": kind.tolerance, "metrics": metrics}
     with tempfile.TemporaryDirectory(prefix="zoo-artifacts-") as tmp:
         folder = unpack_artifacts(path, Path(tmp) / "artifacts")
         split = read_split(folder)
@@ -184,6 +184,6 @@ def _retrain(fp32: Path, target: Path, recipe_name: str, dataset: str, env: dict
             raise ZooError(f"federated run for recipe '{recipe_name}' failed (its output is above)")
         summary = json.loads((out / "federated.json").read_text())
         atomic_copy(out / summary["variant"]["file"], target)
-    return {"opset": int(export.read_metadata(target)["zoo.opset"]), "tolerance": KINDS["federated"].tolerance,
+    return {"opset": int(metadata.read_metadata(target)["zoo.opset"]), "tolerance": KINDS["federated"].tolerance,
             "metrics": {"accuracy": summary["rounds"][-1]["accuracy"], "initial_accuracy": summary["initial_accuracy"],
                         "central_accuracy": summary["central_accuracy"], "rounds": float(len(summary["rounds"]))}}

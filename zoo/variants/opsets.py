@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from zoo import export
+from zoo import export, metadata
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ZooError
@@ -52,10 +52,10 @@ def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_a
         model_args = load_recipe(origin.recipe, model=origin.architecture).model_args
     data = load_dataset(origin.dataset)
     model = export.load_onnx_weights(fp32, model_for(origin.architecture, data, **model_args))
-    globs = json.loads(export.read_metadata(fp32).get(TRAINABLE_GLOBS_KEY, '["*"]'))
+    globs = json.loads(metadata.read_metadata(fp32).get(TRAINABLE_GLOBS_KEY, '["*"]'))
     path = export.export_fp32(model, data.train.x[:2], target, opset)
     fp32_keys = export.fp32_metadata(onnx.load(str(path)), model, None if globs == ["*"] else globs)
-    return export.stamp(path, "fp32", {**export.inherited_metadata(fp32), **fp32_keys})
+    return metadata.stamp(path, "fp32", {**metadata.inherited_metadata(fp32), **fp32_keys})
 
 
 def reexport_checked(fp32: Path, opset: int, target: Path, origin: Origin, label: str) -> tuple[Path, float, int]:
