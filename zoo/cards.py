@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from zoo.errors import CardError, ZooError
 from zoo.fsutil import contained
+from zoo.strict import Strict
 from zoo.variants import KINDS, kind_of
 
 CARD_FILE = "card.yaml"
@@ -35,11 +36,7 @@ def retraining_band(rate: float, examples: int) -> float:
     return RETRAINING_STANDARD_ERRORS * math.sqrt(share * (1 - share) / examples)
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Dataset(Strict):
+class DatasetRecord(Strict):
     name: str
     source: str  # provenance: package, generator or upstream location it was built from
     license: str
@@ -153,7 +150,7 @@ class ModelCard(Strict):
     task: str
     description: str
     license: str
-    dataset: Dataset
+    dataset: DatasetRecord
     preprocessing: list[str]  # exact steps, in order
     inputs: list[Tensor]
     outputs: list[Tensor]

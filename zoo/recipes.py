@@ -12,19 +12,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from zoo.cards import read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
 from zoo.store.pointer import sha256_file
+from zoo.strict import Strict
 from zoo.variants import recipe_kinds
 
 RECIPES_DIR = REPO_ROOT / "recipes"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Optimizer(Strict):

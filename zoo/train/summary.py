@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from zoo.fsutil import atomic_write_text
+from zoo.strict import Strict
 
 SUMMARY_FILE = "summary.json"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ExtraOpset(Strict):
@@ -59,7 +56,7 @@ class PhaseSummary(Strict):
     ranks_consistent: bool | None = None  # every rank ended with the same full weights
 
 
-class Tracking(Strict):
+class TrackedRun(Strict):
     uri: str | None = None  # MLflow tracking URI (None: tracking off)
     run_id: str | None = None
 
@@ -84,7 +81,7 @@ class RunSummary(Strict):
     wall_seconds: float
     library_versions: dict[str, str]
     allocator: str | None = None  # the malloc rank 0 ran on: jemalloc (zoo train, benchmarks) or system
-    tracking: Tracking
+    tracking: TrackedRun
 
     def write(self, output_dir: Path) -> Path:
         path = Path(output_dir) / SUMMARY_FILE

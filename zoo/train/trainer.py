@@ -37,7 +37,7 @@ from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
 from zoo.train.memory import MemoryCount, allocator_in_use, live_storages
 from zoo.train.parallel import Strategy, make_strategy, qat_strategy
-from zoo.train.summary import PhaseSummary, RunSummary, Tracking
+from zoo.train.summary import PhaseSummary, RunSummary, TrackedRun
 from zoo.train.tracking import Tracker
 
 @dataclass
@@ -341,7 +341,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
                 baseline_rss_mib=baseline_rss, torch_accuracy=torch_metrics, variants=variants,
                 wall_seconds=round(time.perf_counter() - started, 3), library_versions=current_versions(),
                 allocator=allocator_in_use(),
-                tracking=Tracking(uri=tracker.uri, run_id=tracker.run_id))
+                tracking=TrackedRun(uri=tracker.uri, run_id=tracker.run_id))
             torch.save(model.state_dict(), output_dir / "model.pt")
             summary_path = summary.write(output_dir)
             for key, v in variants.items():
