@@ -41,8 +41,8 @@ from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.metadata import read_metadata  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
-from zoo.store.pointer import sha256_file  # noqa: E402
-from zoo.variants import kind_of  # noqa: E402
+from zoo.pointer import sha256_file  # noqa: E402
+from zoo.kinds import kind_of  # noqa: E402
 
 LENGTHS = [(0, 50), (50, 100), (100, 200), (200, 10_000)]  # characters
 PUNCT = re.compile(r"[^\w\s]", re.UNICODE)

@@ -26,7 +26,7 @@ from zoo import catalog  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
-from zoo.store.pointer import sha256_file  # noqa: E402
+from zoo.pointer import sha256_file  # noqa: E402
 from zoo.store.publish import publish  # noqa: E402
 
 

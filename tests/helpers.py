@@ -23,7 +23,7 @@ from filelock import FileLock
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo import catalog, docs
-from zoo.store.pointer import pointer_for
+from zoo.pointer import pointer_for
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from zoo import catalog
 from zoo.cards import load_card
 from zoo.errors import CardError, PointerFileError
 from zoo.catalog import require_content
-from zoo.store.pointer import pointer_for
+from zoo.pointer import pointer_for
 
 
 def _edit_card(folder, change) -> None:

@@ -12,7 +12,7 @@ from zoo import catalog
 from zoo.cards import load_card
 from zoo.provenance import current_versions
 from zoo.recipes import Quantization
-from zoo.store.pointer import pointer_for, read_pointer
+from zoo.pointer import pointer_for, read_pointer
 
 ENTRIES = sorted(p.parent.name for p in (REPO / "zoo" / "entries").glob("*/card.yaml"))
 

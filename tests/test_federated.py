@@ -17,7 +17,7 @@ from zoo.metadata import read_metadata
 from zoo.federated.fleet import write_shard
 from zoo.federated.run import LocalFederation
 from zoo.recipes import load_recipe
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 LAUNCHER = str(REPO / "launchers" / "federated.py")
 # Short runs: rotated digits (the fleet's new distribution), few local steps, a short timeout for dead clients.

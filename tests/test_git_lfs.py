@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 from tests.helpers import REPO, write_entry, zoo_cli
-from zoo.store.pointer import read_pointer, sha256_file
+from zoo.pointer import read_pointer, sha256_file
 
 
 def git(*args, cwd, env=None):

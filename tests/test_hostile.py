@@ -30,7 +30,7 @@ from zoo.recipes import load_recipe
 from zoo.store import remotes
 from zoo.store.cache import ObjectCache
 from zoo.store.fetch import fetch_object
-from zoo.store.pointer import Pointer, parse_pointer, pointer_for, sha256_file
+from zoo.pointer import Pointer, parse_pointer, pointer_for, sha256_file
 
 ESCAPES = ["../../outside.onnx", "/tmp/zoo-outside.onnx", "sub/../../x.onnx", "../card.yaml"]
 COUNTS: dict[str, int] = {}  # cases each property test ran (hypothesis examples), checked by each test (ran_cases)

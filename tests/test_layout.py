@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from zoo import docs, variants
+from zoo import docs, kinds
 from zoo.cards import parse_card
 from zoo.errors import CardError
 from zoo.recipes import load_recipe
-from zoo.variants import KINDS, Kind, kind_of
+from zoo.kinds import KINDS, Kind, kind_of
 from zoo.variants.make import TOOLS
 
 PACKAGE = REPO / "zoo"
@@ -92,6 +92,22 @@ def test_the_package_has_no_import_cycles():
     assert not cycles, cycles
 
 
+def test_packages_point_one_way():
+    """At the level of zoo's packages and top modules (zoo.store, zoo.kinds, zoo.train, ...), no two import each other:
+    what several stages need (pointers, the kinds table, metadata keys, the strict base) sits at the bottom, not
+    inside one stage's package."""
+    def unit(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, imported in _graph().items():
+        for other in imported:
+            if unit(module) != unit(other):
+                edges.setdefault((unit(module), unit(other)), []).append(f"{module} -> {other}")
+    ties = [f"{a} <-> {b}: {edges[a, b][:2]} / {edges[b, a][:2]}" for a, b in sorted(edges) if a < b and (b, a) in edges]
+    assert not ties, ties
+
+
 def test_imports_are_at_the_top_except_documented_lazy_ones():
     offenders = []
     for name, path in _modules().items():
@@ -142,7 +158,7 @@ def test_kind(monkeypatch):
     """A kind that exists only in this test: one entry in the table."""
     kind = dataclasses.replace(KINDS["int8-ptq"], key="int8-test", file="model.int8-test.onnx", quantization="static",
                                summary="a test-only kind", docs_column=True, cpu_dependent=False)
-    monkeypatch.setitem(variants.KINDS, kind.key, kind)
+    monkeypatch.setitem(kinds.KINDS, kind.key, kind)
     return kind
 
 

@@ -20,7 +20,7 @@ import requests
 
 from tests.helpers import LfsServer, zoo_cli
 from zoo.errors import RemoteError
-from zoo.store.pointer import pointer_for
+from zoo.pointer import pointer_for
 from zoo.store.remotes import HttpRemote
 
 SECRET = "s3cret-" + "x" * 40

@@ -20,7 +20,7 @@ from zoo.metadata import read_metadata
 from zoo.ondevice.engine import ARTIFACT_FILES, SPLIT_FILE, OnnxTrainer, training_artifacts
 from zoo.ondevice.finetune import finetune
 from zoo.ondevice.trainable import TRAINABLE_KEY, float_weights
-from zoo.store.pointer import read_pointer, sha256_file
+from zoo.pointer import read_pointer, sha256_file
 
 TINY_BERT = ["--model", "bert", "model_args.num_hidden_layers=2", "model_args.hidden_size=32",
              "model_args.num_attention_heads=2", "model_args.intermediate_size=64"]

@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers import REPO, write_entry, zoo_cli
 from zoo import catalog
-from zoo.store.pointer import pointer_for, read_pointer, sha256_file
+from zoo.pointer import pointer_for, read_pointer, sha256_file
 from zoo.store.publish import named_objects, stored_objects
 
 STORE = REPO / "store"
@@ -64,7 +64,7 @@ def test_every_primary_fetches_from_the_store_in_place(tmp_path):
         import json
         from zoo import catalog
         from zoo.store.fetch import fetch
-        from zoo.variants import is_primary
+        from zoo.kinds import is_primary
         rows = []
         for name in json.loads(__import__("sys").argv[1]):
             for key, v in catalog.get_card(name).variants.items():
@@ -236,8 +236,8 @@ def test_kinds_made_on_fetch_do_not_depend_on_onnxruntime_kernels(tmp_path, thre
         ort.InferenceSession.__init__ = init
         from zoo import catalog
         from zoo.store.fetch import fetch
-        from zoo.store.pointer import pointer_for
-        from zoo.variants import kind_of
+        from zoo.pointer import pointer_for
+        from zoo.kinds import kind_of
         from zoo.variants.make import derive
         from zoo.variants.opsets import Origin
         card = catalog.get_card(name)

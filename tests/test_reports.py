@@ -11,7 +11,7 @@ from tests.helpers import REPO
 from tests.test_repo_store import AWAITING_PUBLICATION
 from zoo import catalog
 from zoo.models import model_spec
-from zoo.variants import kind_of
+from zoo.kinds import kind_of
 
 RESULTS = REPO / "benchmarks" / "results"
 CARDS = catalog.entries(REPO / "zoo" / "entries")

@@ -14,7 +14,7 @@ from tests.helpers import ARTIFACTS, REPO, quick_recipe
 from zoo.cards import load_card
 from zoo.metadata import read_metadata
 from zoo.provenance import TreeState
-from zoo.store.pointer import pointer_for
+from zoo.pointer import pointer_for
 
 HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 CARD = {"name": "quick-digits", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",

@@ -14,7 +14,7 @@ import pytest
 
 import zoo
 from tests.helpers import REPO, LfsServer, write_entry, zoo_cli
-from zoo.store.pointer import read_pointer
+from zoo.pointer import read_pointer
 
 
 def _fresh_cache(zoo_env, name: str) -> dict:

@@ -15,7 +15,7 @@ import torch
 from tests.helpers import REPO, all_cpus, failed_run
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.metadata import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 LAUNCHER = str(REPO / "launchers" / "ddp.py")
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))

@@ -210,10 +210,10 @@ def test_the_cli_reads_at_80_columns():
 
 
 def test_variants_slower_than_fp32_are_explained_once_per_reason():
-    """`zoo card` and the model pages share one sentence per reason (zoo.variants.slower_than_fp32): every variant
+    """`zoo card` and the model pages share one sentence per reason (zoo.kinds.slower_than_fp32): every variant
     slower than fp32 at batch 1 or 32 is named once, no reason twice, and none names layers the family lacks."""
     from zoo import catalog
-    from zoo.variants import slower_than_fp32
+    from zoo.kinds import slower_than_fp32
 
     for name in catalog.list_models():
         card = catalog.get_card(name)

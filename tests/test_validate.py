@@ -15,8 +15,8 @@ from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.metadata import read_metadata
-from zoo.store.pointer import pointer_for, read_pointer
-from zoo.variants import KINDS
+from zoo.pointer import pointer_for, read_pointer
+from zoo.kinds import KINDS
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
@@ -210,7 +210,7 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
 
 
 def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(published, tmp_path):
-    """int8-dynamic is one entry of zoo.variants.KINDS (and its tool): `zoo export` makes it from the store's fp32
+    """int8-dynamic is one entry of zoo.kinds.KINDS (and its tool): `zoo export` makes it from the store's fp32
     file, `zoo validate` runs its kind's checks, `zoo fetch` makes it again when no store has it, the docs show it."""
     env, entry = _copy(published, tmp_path)
     made = zoo_cli("export", "quick-digits", "--variant", "int8-dynamic", env=env, timeout=600)

@@ -33,9 +33,9 @@ from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import entry_training_command, load_recipe
 from zoo.registry import register
 from zoo.store.fetch import fetch
-from zoo.store.pointer import read_pointer
+from zoo.pointer import read_pointer
 from zoo.train.summary import RunSummary
-from zoo.variants import KINDS, kind_of
+from zoo.kinds import KINDS, kind_of
 from zoo.variants.make import make_variant, spec_for
 from zoo.variants.opsets import Origin, opset_range
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from zoo.errors import CardError, ZooError
 from zoo.fsutil import contained
 from zoo.strict import Strict
-from zoo.variants import KINDS, kind_of
+from zoo.kinds import KINDS, kind_of
 
 CARD_FILE = "card.yaml"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"

@@ -16,8 +16,8 @@ from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.errors import CardError, UnknownModelError, ZooError
 from zoo.fsutil import atomic_write_text
-from zoo.store.pointer import ensure_content, pointer_for, read_pointer
-from zoo.variants import is_primary
+from zoo.pointer import ensure_content, pointer_for, read_pointer
+from zoo.kinds import is_primary
 
 MANIFEST_FILE = "MANIFEST.json"
 # The README's catalog table (primaries' bytes per entry) sits between these markers; `zoo manifest` rewrites it.

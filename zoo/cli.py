@@ -23,7 +23,7 @@ from zoo.metrics import wilson_interval
 from zoo.provenance import tree_state
 from zoo.reproduce import reproduce as run_reproduce
 from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
-from zoo.store.pointer import read_pointer
+from zoo.pointer import read_pointer
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
@@ -31,7 +31,7 @@ from zoo.store.serve import (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAU
                              ServeLimits, exposure_warning, load_secret)
 from zoo.store.serve import issue_token as issue_token_for
 from zoo.store.serve import serve as run_server
-from zoo.variants import KINDS, kind_of, slower_than_fp32
+from zoo.kinds import KINDS, kind_of, slower_than_fp32
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,  # plain help: no <bool> on flags
                   help="zoo: a model zoo whose every number is measured.")

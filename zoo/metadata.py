@@ -10,8 +10,8 @@ from pathlib import Path
 import onnx
 
 from zoo.fsutil import atomic_write_bytes
-from zoo.store.pointer import sha256_file
-from zoo.variants import KINDS, onnx_kinds
+from zoo.pointer import sha256_file
+from zoo.kinds import KINDS, onnx_kinds
 
 METADATA_KEYS = {
     "zoo.model": "catalog / architecture name",

@@ -17,9 +17,9 @@ from pydantic import Field, model_validator
 from zoo.cards import read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 from zoo.strict import Strict
-from zoo.variants import recipe_kinds
+from zoo.kinds import recipe_kinds
 
 RECIPES_DIR = REPO_ROOT / "recipes"
 

@@ -29,10 +29,10 @@ from zoo.cards import ModelCard
 from zoo.errors import ZooError
 from zoo.metrics import wilson_interval
 from zoo.store.fetch import fetch, fetch_object
-from zoo.store.pointer import pointer_for, read_pointer, sha256_file
+from zoo.pointer import pointer_for, read_pointer, sha256_file
 from zoo.train.tracking import default_tracking_uri
 from zoo.variants.checks import load_test_sets
-from zoo.variants import kind_of
+from zoo.kinds import kind_of
 
 PREFIX = "zoo."
 SHA_TAG = "zoo.sha256"

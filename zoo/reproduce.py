@@ -22,7 +22,7 @@ from zoo.catalog import Entry
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
 from zoo.provenance import commit_available, machine_differences
-from zoo.store.pointer import pointer_for, read_pointer
+from zoo.pointer import pointer_for, read_pointer
 
 
 @dataclass

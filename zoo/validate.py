@@ -30,8 +30,8 @@ from zoo.fsutil import plural
 from zoo.provenance import machine_differences
 from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch, fetch_object
-from zoo.store.pointer import Pointer, pointer_for, read_pointer
-from zoo.variants import kind_of, made_from_fp32
+from zoo.pointer import Pointer, pointer_for, read_pointer
+from zoo.kinds import kind_of, made_from_fp32
 from zoo.variants.checks import EntryChecks, Row, load_test_sets, summary_line, variant_rows
 from zoo.variants.make import derive, evaluation_data, inference_model
 from zoo.variants.opsets import Origin

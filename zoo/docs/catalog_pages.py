@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zoo.docs.common import fmt, size_cell
-from zoo.variants import KINDS
+from zoo.kinds import KINDS
 from zoo.variants.checks import summary_line
 
 

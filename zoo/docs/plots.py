@@ -11,7 +11,7 @@ from zoo.cards import ModelCard
 from zoo.docs.common import load_json
 from zoo.fsutil import plural
 from zoo.metrics import wilson_interval
-from zoo.variants import kind_of
+from zoo.kinds import kind_of
 
 matplotlib.use("Agg")  # files only, never a window
 

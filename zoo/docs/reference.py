@@ -13,7 +13,7 @@ import yaml
 from zoo.config import REPO_ROOT
 from zoo.docs.common import RESULTS, md_text
 from zoo.recipes import Recipe
-from zoo.variants import KINDS
+from zoo.kinds import KINDS
 
 
 def _type(annotation) -> str:
@@ -74,7 +74,7 @@ def recipes_reference() -> str:
 
 def kinds_reference() -> str:
     """The variant kinds table (zoo.variants), as the code reads it."""
-    lines = ["# Variant kinds", "", "Generated from the one table of variant kinds (`zoo/variants/__init__.py`): build, export, "
+    lines = ["# Variant kinds", "", "Generated from the one table of variant kinds (`zoo/kinds.py`): build, export, "
              "fetch, validate, evaluate, the docs and the CLI all read these fields.", "",
              "| kind | file | precision | quantization | made | how | re-measured within | compared with fp32 by |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -25,7 +25,7 @@ from zoo.errors import ZooError
 from zoo.metadata import read_metadata
 from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
 from zoo.recipes import Recipe, load_recipe
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 # The quantization/precision state every participant must share: these keys of the zoo's ONNX metadata.
 STATE_KEYS = ("zoo.variant", "zoo.quantization", "zoo.precision.weights", "zoo.precision.activations",

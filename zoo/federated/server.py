@@ -17,7 +17,7 @@ from zoo.federated.client import model_state
 from zoo.federated.fleet import fleet_data
 from zoo.fsutil import atomic_write_bytes, atomic_write_text
 from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 
 class FleetModel:

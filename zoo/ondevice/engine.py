@@ -28,7 +28,7 @@ from zoo.catalog import require_content
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, float_weights, trainable_of
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 
 def _training_package_without_torch() -> None:

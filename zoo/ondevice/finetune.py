@@ -15,7 +15,7 @@ from zoo.evaluate import accuracy
 from zoo.metadata import read_metadata, write_metadata
 from zoo.ondevice.engine import OnnxTrainer, artifacts_for
 from zoo.ondevice.trainable import trainable_of
-from zoo.store.pointer import sha256_file
+from zoo.pointer import sha256_file
 
 def finetune(fp32_path: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
              out_path: Path, steps: int = 200, lr: float = 1e-3, batch: int = 32, seed: int = 0,

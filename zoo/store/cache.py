@@ -15,7 +15,7 @@ from filelock import FileLock
 from zoo.config import zoo_home
 from zoo.errors import IntegrityError
 from zoo.fsutil import atomic_copy
-from zoo.store.pointer import Pointer, sha256_file
+from zoo.pointer import Pointer, sha256_file
 
 
 def object_relpath(oid: str) -> Path:

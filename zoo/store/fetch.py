@@ -26,10 +26,10 @@ from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUn
 from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import last_commit, machine_differences
 from zoo.store.cache import ObjectCache
-from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
+from zoo.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.rebuild import build_estimate, build_on_miss, build_took, buildable, local_build, plan
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
-from zoo.variants import kind_of, made_from_fp32
+from zoo.kinds import kind_of, made_from_fp32
 
 
 @dataclass

@@ -28,7 +28,7 @@ from zoo.errors import IntegrityError, RemoteError, ZooError
 from zoo.fsutil import atomic_write_text, contained
 from zoo.provenance import tree_state
 from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
-from zoo.store.pointer import Pointer, pointer_for, read_pointer, sha256_file
+from zoo.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 
 

@@ -42,7 +42,7 @@ from zoo.provenance import build_environment, cpu_info, machine_differences
 from zoo.recipes import entry_training_command, load_recipe
 from zoo.reproduce import card_worktree, require_card_commit
 from zoo.store.cache import ObjectCache
-from zoo.store.pointer import Pointer, pointer_for, sha256_file
+from zoo.pointer import Pointer, pointer_for, sha256_file
 from zoo.train.summary import RunSummary
 
 POLICY_ENV = "ZOO_BUILD_ON_MISS"
@@ -115,9 +115,11 @@ def build_estimate(card: ModelCard, others: dict) -> str:
     refs = [(training_flops(e.card), e.card) for e in others.values()
             if e.card.family == card.family and e.card.training.build_time_s and e.card.name != card.name]
     refs = [(f, ref) for f, ref in refs if f]
+    if not flops:
+        return ""
     compute = f"training compute about {flops / 1e15:.3g} PFLOP (6 x parameters x tokens)"
-    if not flops or not refs:
-        return compute if flops else ""
+    if not refs:
+        return compute
     ref_flops, ref = max(refs, key=lambda r: r[0])
     cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
     return (f"{compute}, {flops / ref_flops:.0f}x "

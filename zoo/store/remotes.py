@@ -26,7 +26,7 @@ from zoo.fsutil import plural
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
 from zoo.store.cache import check_file, lfs_objects, object_relpath
-from zoo.store.pointer import CHUNK, Pointer, sha256_file
+from zoo.pointer import CHUNK, Pointer, sha256_file
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 Progress = Callable[[int], None]  # called with the bytes done so far

@@ -19,9 +19,9 @@ from zoo.data import Dataset
 from zoo.evaluate import INT8_KERNELS, accuracy, kernel_types, predict
 from zoo.provenance import source_commit
 from zoo.recipes import Recipe
-from zoo.store.pointer import pointer_for
+from zoo.pointer import pointer_for
 from zoo.train.summary import ExtraOpset, VariantResult
-from zoo.variants import KINDS
+from zoo.kinds import KINDS
 from zoo.variants.make import make_file
 from zoo.variants.opsets import Origin, opset_file, prediction_agreement, reexport_opset
 

@@ -24,7 +24,7 @@ from zoo.metadata import read_metadata
 from zoo.ondevice.engine import OnnxTrainer, read_split, source_problem, training_artifacts, unpack_artifacts
 from zoo.ondevice.trainable import trainable_of
 from zoo.recipes import Quantization, load_recipe
-from zoo.variants import KINDS, Kind, kind_of
+from zoo.kinds import KINDS, Kind, kind_of
 from zoo.variants.make import evaluation_data
 from zoo.variants.opsets import AGREEMENT
 

@@ -31,8 +31,8 @@ from zoo.fsutil import atomic_copy
 from zoo.models import model_spec
 from zoo.ondevice.engine import OnnxTrainer, pack_artifacts, read_split, training_artifacts, unpack_artifacts
 from zoo.recipes import Recipe, load_recipe
-from zoo.store.pointer import pointer_for
-from zoo.variants import KINDS, Kind, kind_of
+from zoo.pointer import pointer_for
+from zoo.kinds import KINDS, Kind, kind_of
 from zoo.variants.opsets import Origin, reexport_opset
 
 
