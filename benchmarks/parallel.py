@@ -243,7 +243,7 @@ VOLUME = {"ddp": 2.0, "horovod": 2.0, "zero1": 2.0, "zero2": 2.0, "fsdp": 3.0, "
 
 
 def cpu_clock_section(results: dict, cores: int | None) -> list[str]:
-    """Where each layout's step time goes, from every rank's CPU clocks (zoo.train.trainer.cpu_profile)."""
+    """Where each layout's step time goes, from every rank's CPU clocks (zoo.train.measure.cpu_profile)."""
     rows = [r for r in results.values() if "error" not in r and r.get("cpu_seconds_per_step")]
     if not rows or not cores:
         return []

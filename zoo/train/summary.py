@@ -51,7 +51,7 @@ class PhaseSummary(Strict):
     peak_rss_mib: list[float]  # per rank, at the end of the phase (before export)
     # launcher --profile-memory: live tensor MiB by category (zoo.train.memory) in the last two steps, per rank
     memory_mib: dict[str, list[float]] | None = None
-    # per rank, median step: CPU seconds of the training thread and of all other threads (trainer.cpu_profile)
+    # per rank, median step: CPU seconds of the training thread and of all other threads (zoo.train.measure.cpu_profile)
     cpu_seconds_per_step: dict[str, list[float]] | None = None
     ranks_consistent: bool | None = None  # every rank ended with the same full weights
 

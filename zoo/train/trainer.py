@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import resource
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -29,7 +25,6 @@ from zoo import faults
 from zoo.data import Dataset, load_dataset
 from zoo.data.shifts import augmented
 from zoo.errors import ZooError
-from zoo.metrics import label_accuracy
 from zoo.fsutil import atomic_write_text
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import current_versions
@@ -37,65 +32,10 @@ from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
 from zoo.train.memory import MemoryCount, allocator_in_use, live_storages
 from zoo.train.parallel import Strategy, make_strategy, qat_strategy
+from zoo.train.measure import cpu_profile, peak_rss_mib, per_rank, ranks_agree, torch_accuracy
+from zoo.train.schedule import BatchPlan, Phase, lr_at, steps_for
 from zoo.train.summary import PhaseSummary, RunSummary, TrackedRun
 from zoo.train.tracking import Tracker
-
-@dataclass
-class Phase:
-    name: str  # "fp32" or "qat"
-    steps: int
-    lr: float
-    warmup_steps: int
-    losses: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-    step_seconds: list[float] = field(default_factory=list)
-    peak_rss_mib: list[float] = field(default_factory=list)  # per rank, at the end of training (before export)
-    memory: dict[str, list[float]] | None = None  # MiB by category in the last two steps, per rank (zoo.train.memory)
-    # CPU seconds each step used on this rank: all threads, and the training (main) thread alone
-    step_cpu: list[tuple[float, float]] = field(default_factory=list)
-    cpu_seconds: dict[str, list[float]] | None = None  # per rank: median per step (`cpu_profile`)
-    ranks_consistent: bool | None = None
-
-
-def lr_at(step: int, phase: Phase, schedule: str) -> float:
-    if step < phase.warmup_steps:
-        return phase.lr * (step + 1) / phase.warmup_steps
-    if schedule == "constant":
-        return phase.lr
-    progress = (step - phase.warmup_steps) / max(1, phase.steps - phase.warmup_steps)
-    return phase.lr * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-class BatchPlan:
-    """Which examples each data-parallel replica sees at each step: seeded, identical on every rank."""
-
-    def __init__(self, n: int, global_batch: int, dp_rank: int, dp_size: int, seed: int, micro_batch: int | None):
-        if global_batch % dp_size:
-            raise ZooError(f"global_batch_size {global_batch} is not divisible by the {dp_size} data-parallel "
-                           "replicas; pick a multiple so every replica gets the same share")
-        if global_batch > n:
-            raise ZooError(f"global_batch_size {global_batch} exceeds the {n} training examples")
-        self.n, self.global_batch, self.dp_rank, self.seed = n, global_batch, dp_rank, seed
-        self.per_rank = global_batch // dp_size
-        self.micro = min(micro_batch or self.per_rank, self.per_rank)
-        if self.per_rank % self.micro:
-            raise ZooError(f"micro_batch_size {self.micro} does not divide the per-replica batch {self.per_rank}")
-        self.steps_per_epoch = n // global_batch  # the last partial batch is dropped
-
-    @property
-    def accumulation(self) -> int:
-        return self.per_rank // self.micro
-
-    def rank_indices(self, step: int, salt: int) -> torch.Tensor:
-        epoch, position = divmod(step, self.steps_per_epoch)
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + salt * 10_007 + epoch)
-        order = torch.randperm(self.n, generator=generator)
-        batch = order[position * self.global_batch:(position + 1) * self.global_batch]
-        return batch[self.dp_rank * self.per_rank:(self.dp_rank + 1) * self.per_rank]
-
-    def micro_batches(self, step: int, salt: int) -> list[torch.Tensor]:
-        return list(self.rank_indices(step, salt).split(self.micro))
-
 
 def _progress(ctx: DistContext, label: str, total: int):
     if not ctx.is_main:
@@ -185,39 +125,6 @@ def _saved_losses(ckpt_dir: Path, phase: str, start: int) -> list[float]:
     return losses[:start] if len(losses) >= start else []  # checkpoints from before the zoo kept them
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def per_rank(value: float, ctx: DistContext, digits: int = 1) -> list[float]:
-    """`value` from every rank, in rank order (on every rank)."""
-    slots = torch.zeros(ctx.world_size, dtype=torch.float64)
-    slots[ctx.rank] = value
-    return [round(v, digits) for v in ctx.all_reduce_sum(slots).tolist()]
-
-
-def cpu_profile(step_cpu: list[tuple[float, float]]) -> dict[str, float]:
-    """Where one rank's step time went, from the CPU clocks (median step; the first two and last two steps left
-    out when there are more than four: warm-up and memory counting). `main_thread`: CPU seconds of the thread that
-    runs forward, backward and the optimizer (one intra-op thread per process: the compute, plus Python);
-    `other_threads`: CPU seconds of every other thread — the communication libraries' workers (gloo, Horovod,
-    DeepSpeed), which do the copies and reductions of collectives. Wall time minus `main_thread` is what the
-    training thread spent waiting for them."""
-    kept = step_cpu[2:-2] if len(step_cpu) > 4 else step_cpu
-    if not kept:
-        return {"main_thread": 0.0, "other_threads": 0.0}
-    return {"main_thread": statistics.median(t for _, t in kept),
-            "other_threads": statistics.median(max(0.0, p - t) for p, t in kept)}
-
-
-def ranks_agree(model: torch.nn.Module, ctx: DistContext, tolerance: float = 1e-6) -> bool:
-    """Whether every rank ended with the same full weights (per-tensor checksums against the rank mean)."""
-    sums = torch.stack([t.detach().double().sum().cpu() for t in model.state_dict().values()])
-    mean = ctx.all_reduce_sum(sums.clone()) / ctx.world_size
-    mismatch = torch.tensor(float(((sums - mean).abs() > tolerance * (1 + mean.abs())).any()), dtype=torch.float64)
-    return float(ctx.all_reduce_sum(mismatch)) == 0.0
-
-
 def _fault_step(ctx: DistContext) -> int | None:
     """The step at which this rank dies (ZOO_TEST_FAULT=train-step@RANK:STEP), on its first attempt only."""
     armed = faults.armed("train-step")
@@ -247,18 +154,6 @@ def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
     if missing or result.unexpected_keys:
         raise ZooError(f"init_from: {path} does not fit the model: missing {missing[:5]}, "
                        f"unexpected {result.unexpected_keys[:5]}")
-
-
-@torch.no_grad()
-def torch_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    device = next(model.parameters()).device
-    return label_accuracy(model(x.to(device)).float().cpu().numpy(), y.numpy())
-
-
-def steps_for(recipe: Recipe, n_train: int) -> int:
-    if recipe.steps is not None:
-        return recipe.steps
-    return max(1, round(recipe.epochs * (n_train // recipe.global_batch_size)))
 
 
 def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir: Path | None = None,
