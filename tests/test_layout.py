@@ -30,14 +30,14 @@ LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
 # onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
 # A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import).
-RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.variants"), "zoo.train.tracking": ("mlflow",),
+RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
              "zoo.train.parallel": ("zoo.train.parallel.",),
              "zoo.federated.client": ("zoo.federated.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages (files, or folders of them) that must read the kinds table, never branch on a kind's name or format.
 STAGES = ["build.py", "export.py", "ort_quantize.py", "onnx_passes.py", "metadata.py", "store/fetch.py", "store/publish.py",
           "validate.py", "evaluate.py", "docs",
-          "cli.py", "catalog.py", "train/variants.py", "train/trainer.py"]
+          "cli.py", "catalog.py", "train/exports.py", "train/trainer.py"]
 
 
 def _modules() -> dict[str, Path]:

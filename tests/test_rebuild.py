@@ -1,4 +1,4 @@
-"""The recipe as the last mirror (zoo.store.rebuild): `zoo fetch` builds a file no store has from the entry's recipe
+"""The recipe as the last mirror (zoo.store.build_on_miss): `zoo fetch` builds a file no store has from the entry's recipe
 at the card's commit, verifies it like a download, resumes a killed build, builds once for concurrent fetches, and
 keeps other bytes apart from the card's. Real builds of digits-cnn (about a minute each) in real git worktrees."""
 

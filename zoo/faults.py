@@ -7,7 +7,7 @@ Points:
   (torchrun `--max-restarts` then resumes it from the last checkpoint).
 - `federated-client@CLIENT:ROUND`: federated client CLIENT dies mid-round ROUND (the server drops it).
 - `federated-server@ROUND`: the federated server exits after completing round ROUND (a restart resumes it).
-- `build-cpu@0`: not a kill: `zoo fetch --build` runs torch's kernels as a CPU without AVX would (zoo.store.rebuild),
+- `build-cpu@0`: not a kill: `zoo fetch --build` runs torch's kernels as a CPU without AVX would (zoo.store.build_on_miss),
   so the "rebuilt locally: differs" path can be shown on the card's own kind of machine.
 """
 

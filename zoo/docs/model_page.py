@@ -17,7 +17,7 @@ from zoo.metrics import wilson_interval
 from zoo.models import build_model, model_spec
 from zoo.recipes import load_recipe
 from zoo.registry import model_name, model_uri
-from zoo.store.rebuild import build_estimate, buildable, planned_processes
+from zoo.store.build_on_miss import build_estimate, buildable, planned_processes
 from zoo.kinds import kind_of, slower_than_fp32
 
 # Each launcher's command, and the model capability it needs (None: every model).

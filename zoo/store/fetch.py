@@ -6,7 +6,7 @@ A download is taken under a per-object file lock, so concurrent fetches of one o
 variant (int8-ptq, fp16, ort-training, another opset) that no store has is made from the fetched fp32
 file and checked against the card's sha256 before it is cached, like a download. A file only the training run makes
 (fp32, int8-qat) that no store has can be built from the entry's recipe at the card's commit, when allowed
-(zoo.store.rebuild: --build/--no-build, ZOO_BUILD_ON_MISS).
+(zoo.store.build_on_miss: --build/--no-build, ZOO_BUILD_ON_MISS).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import last_commit, machine_differences
 from zoo.store.cache import ObjectCache
 from zoo.pointer import Pointer, pointer_for, read_pointer, sha256_file
-from zoo.store.rebuild import build_estimate, build_on_miss, build_took, buildable, local_build, plan
+from zoo.store.build_on_miss import build_estimate, build_on_miss, build_took, buildable, local_build, plan
 from zoo.store.remotes import FileRemote, NotOnRemote, open_remote
 from zoo.kinds import kind_of, made_from_fp32
 
@@ -174,7 +174,7 @@ def fetch(
     result = FetchResult(name, variant, path, spec.size, spec.sha256, source, resumed_from, dict(spec.metrics),
                          list(skipped))
     if source.startswith("rebuilt locally") and (kept := local_build(spec.sha256)) is not None and kept[0] == path:
-        record = kept[1]  # other bytes than the card's (zoo.store.rebuild): say which, and what they measured
+        record = kept[1]  # other bytes than the card's (zoo.store.build_on_miss): say which, and what they measured
         result.sha256, result.size = record.sha256, record.size
         result.metrics[entry.card.primary_metric] = record.accuracy
     return _deliver(result, dest, Path(spec.file).name)
@@ -184,7 +184,7 @@ def _fetch_or_derive(entry: Entry, key: str, opset: int | None, pointer: Pointer
                      remotes, show_progress: bool, rate_limit, build: bool | None = None) -> Found:
     """Download the object; when no store has it and it is made from fp32 (a derived variant, or an opset the card
     lists), make it from the fetched fp32 file and admit it only if it has the card's bytes; when only the training
-    run makes it, build it from the recipe if allowed (zoo.store.rebuild)."""
+    run makes it, build it from the recipe if allowed (zoo.store.build_on_miss)."""
     variant = entry.variant(key)
     try:
         return fetch_object(pointer, label, checkout_path=checkout, remotes=remotes,

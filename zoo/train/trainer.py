@@ -214,7 +214,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
             tracker.metric(f"torch/{name}/accuracy", value, 0)
         summary = None
         if ctx.is_main:
-            from zoo.train.variants import export_variants  # lazy: onnxruntime (~4 s), on the one rank that exports
+            from zoo.train.exports import export_variants  # lazy: onnxruntime (~4 s), on the one rank that exports
 
             # Export and onnxruntime measurement run on the CPU, wherever training ran.
             model = model.cpu()
