@@ -37,7 +37,8 @@ class Schedule(Strict):
 
 
 class Quantization(Strict):
-    scheme: Literal["none", "qat-int8"] = "none"  # qat-int8: fp32, then fake-quantized fine-tuning, int8 export
+    # qat-int8 (a way to train): fp32, then fake-quantized fine-tuning; it makes the int8-qat file (a variant kind)
+    scheme: Literal["none", "qat-int8"] = "none"
     # QAT fine-tunes the trained fp32 model with fake quantization for this many optimizer steps.
     qat_steps: int = Field(100, ge=1)
     qat_lr: float = Field(1e-4, gt=0)  # learning rate of the QAT fine-tuning
