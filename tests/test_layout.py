@@ -24,7 +24,8 @@ PACKAGE = REPO / "zoo"
 OPTIONAL = ("deepspeed", "horovod", "oneccl_bindings_for_pytorch")
 # Modules on the path of fast commands, which import torch + onnxruntime (~5 s) only when the work needs them:
 # the CLI and `import zoo` (command implementations), and fetch (only to make a file no store has).
-LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo", "zoo.store.fetch"}
+LIGHT_ENTRY_POINTS = {"zoo.cli", "zoo.cli.catalog_cmds", "zoo.cli.build_cmds", "zoo.cli.store_cmds",
+                      "zoo.cli.measure_cmds", "zoo.cli.app", "zoo", "zoo.store.fetch"}
 # Per-rank costs a training process pays only when its rank or recipe needs them (every torchrun rank imports the
 # trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
@@ -37,7 +38,7 @@ RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.t
 # The stages (files, or folders of them) that must read the kinds table, never branch on a kind's name or format.
 STAGES = ["build.py", "export.py", "ort_quantize.py", "onnx_passes.py", "metadata.py", "store/fetch.py", "store/publish.py",
           "validate.py", "evaluate.py", "docs",
-          "cli.py", "catalog.py", "train/exports.py", "train/trainer.py"]
+          "cli", "catalog.py", "train/exports.py", "train/trainer.py"]
 
 
 def _modules() -> dict[str, Path]:

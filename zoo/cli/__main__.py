@@ -1,0 +1,5 @@
+"""`python -m zoo.cli`."""
+
+from zoo.cli import main
+
+main()
