@@ -11,7 +11,7 @@
 Translations leave untranslated strings in English: a paragraph of a translated manual equal to one of the English
 manual is dropped. `make setup` unpacks the packages (apt-get download + dpkg -x, never installed) into
 $ZOO_TEXT_DIR (default: <venv>/share/zoo-data/text/<package>/, each with its VERSION). Licences vary per package (see
-usr/share/doc/<package>/copyright); the text is used for training and measurement and not redistributed: the zoo
+each package's /usr/share/doc/<package>/copyright); the text is used for training and measurement and not redistributed: the zoo
 ships models, not the text.
 
 Two tokenizations, two datasets: `langid-16k` (a 16,000-token WordPiece vocabulary trained on a balanced sample of
@@ -400,8 +400,8 @@ def _load(name: str) -> Dataset:
         test_sets={"second-domain": split["second-domain"]},
         source="Debian packages " + packages + ": fortunes (train/val/test), LibreOffice help (train), GNOME user "
                "guide (second-domain test, never trained on)",
-        license="per package (BSD-like, GPL, MPL-2.0, CC-BY-SA and public-domain texts; see usr/share/doc/<pkg>/"
-                "copyright); text not redistributed",
+        license="per package (BSD-like, GPL, MPL-2.0, CC-BY-SA and public-domain texts; see each package's "
+                "/usr/share/doc/<package>/copyright); text not redistributed",
         preprocessing=[
             "fortunes: entries split on '%' lines, whitespace collapsed, 40-600 characters, offensive ('off') "
             "sections excluded, deduplicated; split by sha256(text): 15% test, 10% val, 75% train; val and test "
