@@ -202,3 +202,19 @@ def test_the_code_passes_the_linter():
     result = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", str(REPO)],
                             capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+
+
+def test_only_the_models_package_knows_the_families():
+    """What a family offers is declared on its spec (zoo.models: transformer, split points, tensor-parallel plan,
+    checkpoints it imports); stages ask the spec, never compare a family's name."""
+    offenders = []
+    for name, path in _modules().items():
+        if name.startswith("zoo.models"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(o, ast.Attribute) and o.attr == "family"
+                                                     for o in [node.left, *node.comparators]):
+                constants = [c for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
+                if constants:
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, offenders

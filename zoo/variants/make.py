@@ -52,7 +52,7 @@ def _quantize_static(fp32: Path, target: Path, recipe: Recipe | None, data: Data
 
 
 def _quantize_dynamic(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
-    return ort_quantize.export_int8_dynamic(fp32, target, transformer=model_spec(origin.architecture).family == "bert")
+    return ort_quantize.export_int8_dynamic(fp32, target, transformer=model_spec(origin.architecture).transformer)
 
 
 def _float16(fp32: Path, target: Path, recipe: Recipe | None, data: Dataset | None, origin: Origin) -> Path:
