@@ -35,15 +35,14 @@ def prepare_qat(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Modul
     """
     model = copy.deepcopy(model).eval()
     batch = torch.export.Dim("batch", min=1)
-    with warnings.catch_warnings(), _no_cyclic_gc():
-        warnings.simplefilter("ignore")
-        graph = torch.export.export(model, (example,), dynamic_shapes=({0: batch},)).module()
     # reduce_range (7-bit activations): AVX2 CPUs without VNNI multiply u8 x s8 pairs into saturating int16
     # (vpmaddubsw); with 8-bit activations MNIST-1D's CNN lost 7 points in onnxruntime while the same model
     # scored its QAT accuracy in torch. 7 bits give the same int8 results on AVX2, VNNI and AMX machines.
     config = get_default_x86_inductor_quantization_config(is_qat=True, reduce_range=True)
     quantizer = X86InductorQuantizer().set_global(config)
-    with _no_cyclic_gc():
+    with warnings.catch_warnings(), _no_cyclic_gc():  # both steps trace the model
+        warnings.simplefilter("ignore")
+        graph = torch.export.export(model, (example,), dynamic_shapes=({0: batch},)).module()
         prepared = prepare_qat_pt2e(graph, quantizer)
     # Lets `.train()`/`.eval()` (called through DDP and other wrappers) map to PT2E's own switches.
     allow_exported_model_train_eval(prepared)
