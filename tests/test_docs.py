@@ -177,7 +177,7 @@ def test_an_unbuilt_entry_says_so_and_offers_no_fetch(site, tmp_path):
     assert [(r.check, r.verdict) for r in rows] == [("built", "skip")]
     rows_json = {"rows": [{"entry": r.entry, "variant": r.variant, "check": r.check, "ok": r.ok, "skipped": r.skipped}
                           for r in rows]}
-    assert docs.verdicts(rows_json, "bert-base") == {"*": "not built"}
+    assert docs.validation_verdicts(rows_json, "bert-base") == {"*": "not built"}
 
 
 def test_model_pages_show_the_classic_tools_measured_on_this_build():

@@ -15,11 +15,11 @@ from zoo import catalog
 from zoo.docs.baselines import baseline_runs, baselines_section
 from zoo.docs.catalog_pages import index_page, preview
 from zoo.docs.common import DOCS, RESULTS, load_json
-from zoo.docs.model_page import model_page, verdicts
+from zoo.docs.model_page import model_page, validation_verdicts
 from zoo.docs.reference import benchmarks_page, kinds_reference, recipes_reference
 from zoo.fsutil import atomic_write_text
 
-__all__ = ["generate", "model_page", "index_page", "kinds_reference", "verdicts", "baseline_runs", "baselines_section",
+__all__ = ["generate", "model_page", "index_page", "kinds_reference", "validation_verdicts", "baseline_runs", "baselines_section",
            "RESULTS"]
 
 
@@ -33,7 +33,7 @@ def generate() -> list[Path]:
     written = []
     for name, entry in entries.items():
         page = models / f"{name}.md"
-        atomic_write_text(page, model_page(entry, verdicts(validation, name), img, entries, baselines))
+        atomic_write_text(page, model_page(entry, validation_verdicts(validation, name), img, entries, baselines))
         written.append(page)
     atomic_write_text(models / "index.md", index_page(entries, validation))
     atomic_write_text(models / "_preview.md", preview(entries))  # the home page includes it

@@ -40,7 +40,7 @@ def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> lis
             for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
 
 
-def verdicts(validation: dict, name: str) -> dict[str, str]:
+def validation_verdicts(validation: dict, name: str) -> dict[str, str]:
     """Latest validation verdict per variant: FAIL if any of its checks (or the entry's) failed."""
     rows = [r for r in validation.get("rows", []) if r["entry"] == name]
     entry_rows = [r for r in rows if r["variant"] == "*"]
