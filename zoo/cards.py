@@ -93,13 +93,13 @@ class Speed(Strict):
 
 
 # onnx: one inference model. ort-training: a zip of onnxruntime-training artifacts (training, eval and optimizer
-# models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split (zoo.variants).
+# models, initial checkpoint, trainable.json) made from the fp32 file with the card's trainable split (zoo.kinds).
 Format = Literal["onnx", "ort-training"]
 
 
 class Variant(Strict):
     file: str  # path inside the entry folder
-    precision: str  # the kind's (zoo.variants): fp32, fp16, int8
+    precision: str  # the kind's (zoo.kinds): fp32, fp16, int8
     quantization: str = "none"  # the kind's: none, qat, ptq, dynamic
     opset: int
     format: Format = "onnx"

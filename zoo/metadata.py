@@ -15,7 +15,7 @@ from zoo.kinds import KINDS, onnx_kinds
 
 METADATA_KEYS = {
     "zoo.model": "catalog / architecture name",
-    "zoo.variant": "the variant kind (zoo.variants): " + " | ".join(onnx_kinds()),
+    "zoo.variant": "the variant kind (zoo.kinds): " + " | ".join(onnx_kinds()),
     "zoo.precision.weights": "storage type of the weights (fp32, fp16, int8)",
     "zoo.precision.activations": "type of activations between ops (fp32, fp16, uint8)",
     "zoo.precision.compute": "arithmetic the kernels are meant to use (fp32, fp16, int8 u8xs8)",

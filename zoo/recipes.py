@@ -72,9 +72,9 @@ class Parallelism(Strict):
 
 
 class Export(Strict):
-    # The variant kinds the training run makes and measures (zoo.variants: those with in_recipe); [] trains only: no
+    # The variant kinds the training run makes and measures (zoo.kinds: those with in_recipe); [] trains only: no
     # evaluation and no export (benchmark runs).
-    variants: list[str] = ["fp32"]  # variant kinds the run exports and measures (zoo.variants)
+    variants: list[str] = ["fp32"]  # variant kinds the run exports and measures (zoo.kinds)
     opsets: list[int] = [17]  # ONNX opsets of the fp32 export; the first is the primary
     # Parameter-name globs on-device training may change, recorded in the fp32 file (zoo.trainable); None: all.
     # `zoo build` sets it from the card's `trainable` (the card is where an entry's split lives).

@@ -73,7 +73,7 @@ def recipes_reference() -> str:
 
 
 def kinds_reference() -> str:
-    """The variant kinds table (zoo.variants), as the code reads it."""
+    """The variant kinds table (zoo.kinds), as the code reads it."""
     lines = ["# Variant kinds", "", "Generated from the one table of variant kinds (`zoo/kinds.py`): build, export, "
              "fetch, validate, evaluate, the docs and the CLI all read these fields.", "",
              "| kind | file | precision | quantization | made | how | re-measured within | compared with fp32 by |",

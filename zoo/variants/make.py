@@ -1,6 +1,6 @@
 """Making files of a kind from an entry's fp32 file, and measuring them for the card.
 
-`TOOLS` holds one function per `Kind.tool` (zoo.variants): each writes the bytes of its kind at `target` from the fp32
+`TOOLS` holds one function per `Kind.tool` (zoo.kinds): each writes the bytes of its kind at `target` from the fp32
 file, stamped with the fp32 file's provenance, deterministic for a given CPU and library versions. `zoo build`
 (after training), `zoo export` (from a fetched fp32 file) and `zoo fetch` (when no store has the file) all call
 `make_file`, so they make the same bytes.
