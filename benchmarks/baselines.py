@@ -9,7 +9,7 @@
 - Handwritten digits: scikit-learn's SVC (RBF kernel, C=10, on the raw 64 pixels, trained on the entry's training
   split) against every variant of digits-cnn on its test split; ms per image, one at a time.
 
-Writes benchmarks/results/baselines.{json,md}; each model page shows its rows (zoo/docs.py). The results are a list
+Writes benchmarks/results/baselines.{json,md}; each model page shows its rows (zoo/docs/). The results are a list
 of runs, each measured side by side on one machine: the classic tools and the entries it was given. Naming entries
 measures them again (with the classic tools, in a new run) and takes them out of the earlier runs, so an entry
 rebuilt on its own is re-measured without rebuilding the catalog; no names measures everything in one run.
