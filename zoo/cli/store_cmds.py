@@ -47,11 +47,11 @@ def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
     for name in targets:
         for p in publish_entry(name, to, derived=derived):
             out.print(f"{'uploaded' if p.uploaded else 'present '} {name}/{p.path.relative_to(catalog.get_entry(name).dir)} "
-                      f"{p.sha256[:12]}… {human(p.size)}")
+                      f"{p.sha256[:12]}… {human(p.size)}", soft_wrap=True)  # one line per object, whatever the width
     to = to or str(REPO_STORE)
     size = store_size(to)
     out.print(f"store {to}: " + (f"{size:,} bytes ({size / 2**20:.1f} MiB) in all" if size is not None else
-                                 "total size unknown (an HTTP store does not list its objects)"))
+                                 "total size unknown (an HTTP store does not list its objects)"), soft_wrap=True)
 
 
 @app.command("check-store")
@@ -73,7 +73,7 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
             continue
         out.print(f"{url}: {total} card objects, {len(problems)} missing or corrupt")
         for p in problems:
-            out.print(f"  {p.status:8} {p.entry} {p.label} ({p.path}) sha256 {p.sha256}")
+            out.print(f"  {p.status:8} {p.entry} {p.label} ({p.path}) sha256 {p.sha256}", soft_wrap=True)
     if bad:
         raise ZooError(f"{plural(bad, 'card object')} missing or corrupt in the stores: publish them with "
                        "`zoo publish NAME [--to STORE]` from a build of the card's commit")
