@@ -176,11 +176,14 @@ def test_every_launcher_runs_every_precision_with_and_without_qat(tmp_path, cnn_
             assert loss["final_loss"] < loss["first_loss"], cell
 
 
-def test_the_readme_shows_the_support_matrix():
+def test_the_readme_and_the_launchers_guide_show_the_layouts_table():
+    from zoo.layouts import launchers_table
     from zoo.train.parallel import matrix_markdown
 
     readme = (REPO / "README.md").read_text()
     assert matrix_markdown() in readme, "the README's launcher matrix is stale: `zoo manifest` rewrites it"
+    guide = (REPO / "docs" / "guides" / "launchers.md").read_text()
+    assert launchers_table() in guide, "the launchers guide's table is stale: `zoo manifest` rewrites it"
 
 
 @ranks

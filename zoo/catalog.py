@@ -26,6 +26,9 @@ README_BEGIN, README_END = "<!-- catalog-sizes:begin (zoo manifest writes this t
 # The README's launcher x precision x QAT table (zoo.train.parallel.support_matrix); `zoo manifest` rewrites it too.
 LAUNCHER_MATRIX = ("<!-- launcher-matrix:begin (zoo manifest writes this table from zoo.train.parallel.support_matrix) -->",
                    "<!-- launcher-matrix:end -->")
+# The launchers guide's table of launchers and layouts (zoo.layouts.launchers_table); `zoo manifest` rewrites it too.
+LAUNCHERS_GUIDE = REPO_ROOT / "docs" / "guides" / "launchers.md"
+LAYOUTS_TABLE = ("<!-- layouts:begin (zoo manifest writes this table from zoo.layouts) -->", "<!-- layouts:end -->")
 
 
 @dataclass(frozen=True)

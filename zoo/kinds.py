@@ -39,6 +39,16 @@ _INT8 = {"zoo.precision.weights": "int8", "zoo.precision.activations": "uint8",
 
 
 @dataclass(frozen=True)
+class Training:
+    """How a training run makes a kind after the fp32 phase, when the recipe's quantization.scheme is `scheme`."""
+    scheme: str  # the recipe's quantization.scheme that asks for it
+    # "module:function" (every rank): (trained fp32 model, recipe, data, ctx, strategy, train) -> this kind's torch
+    # model, where train(phase, model, strategy, after_step) runs one more phase of the one training loop
+    hook: str
+    exporter: str  # "module:function" (rank 0): (torch model, example input, path) -> the ONNX file written
+
+
+@dataclass(frozen=True)
 class Kind:
     key: str  # the card's variant key (and the file's zoo.variant)
     file: str  # default file name in the entry folder
@@ -59,6 +69,7 @@ class Kind:
     cpu_dependent: bool = False
     fixed_opset: int | None = None  # the opset its exporter always writes (None: the recipe's primary opset)
     docs_column: bool = False  # an accuracy column of the models index (the others are on each model's page)
+    training: Training | None = None  # made by a training phase of its own (made == "training", not fp32)
     # Why a file of this kind can run slower than fp32 on a CPU (cards, `zoo card` and the docs say it where measured).
     slower_because: str = "it runs the fp32 file's operators on the same weights; the difference is measurement noise"
 
@@ -97,6 +108,7 @@ KINDS: dict[str, Kind] = {k.key: k for k in [
          "quantization-aware fine-tuning (torchao PT2E), exported as QDQ by the dynamo exporter",
          tolerance=0.01, reference="labels", in_recipe=True, fixed_opset=20, docs_column=True,
          slower_because=_INT8_OVERHEAD,
+         training=Training("qat-int8", "zoo.train.qat:fine_tune", "zoo.export:export_int8_qat"),
          metadata={**_INT8, "zoo.quantization": "qat: torchao PT2E X86InductorQuantizer, QDQ, activations u8 per-tensor "
                    "affine (7-bit range), weights s8 per-channel symmetric, biases int32, " + EMBEDDING_SCHEME}),
     Kind("int8-ptq", "model.int8-ptq.onnx", "int8", "ptq", "from-fp32",
@@ -175,6 +187,16 @@ def onnx_kinds() -> list[str]:
 def recipe_kinds() -> list[str]:
     """What a recipe's export.variants may list (made and measured by the training run)."""
     return [k for k, kind in KINDS.items() if kind.in_recipe]
+
+
+def quantization_schemes() -> list[str]:
+    """What a recipe's quantization.scheme may say: none, or the scheme of a kind made by its own training phase."""
+    return ["none", *(kind.training.scheme for kind in KINDS.values() if kind.training)]
+
+
+def trained_kinds(scheme: str) -> list[Kind]:
+    """The kinds a run whose recipe says quantization.scheme `scheme` makes with their own training phase."""
+    return [kind for kind in KINDS.values() if kind.training and kind.training.scheme == scheme]
 
 
 def is_primary(key: str, variant) -> bool:

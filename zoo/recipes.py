@@ -9,17 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from zoo.cards import read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
 from zoo.pointer import sha256_file
-from zoo.strict import Strict
-from zoo.kinds import recipe_kinds
+from zoo.layouts import LAYOUTS
+from zoo.strict import OneOf, Strict
+from zoo.kinds import KINDS, quantization_schemes, recipe_kinds
 
 RECIPES_DIR = REPO_ROOT / "recipes"
 
@@ -37,8 +38,9 @@ class Schedule(Strict):
 
 
 class Quantization(Strict):
-    # qat-int8 (a way to train): fp32, then fake-quantized fine-tuning; it makes the int8-qat file (a variant kind)
-    scheme: Literal["none", "qat-int8"] = "none"
+    # A way to train after fp32 that makes a variant kind of its own (zoo.kinds: the kind's `training`): qat-int8 is
+    # fake-quantized fine-tuning, which makes the int8-qat file.
+    scheme: Annotated[str, AfterValidator(OneOf(quantization_schemes, "quantization scheme"))] = "none"
     # QAT fine-tunes the trained fp32 model with fake quantization for this many optimizer steps.
     qat_steps: int = Field(100, ge=1)
     qat_lr: float = Field(1e-4, gt=0)  # learning rate of the QAT fine-tuning
@@ -55,10 +57,9 @@ class Quantization(Strict):
 
 
 class Parallelism(Strict):
-    # ddp, fsdp (FSDP2), zero1-3 (DeepSpeed ZeRO), ds-pp (DeepSpeed PipelineModule), horovod, tp (tensor
-    # parallel), pp (pipeline), dp-tp and pp-dp (2-D). Each launcher runs its own ones (zoo.train.parallel).
-    strategy: Literal["ddp", "fsdp", "zero1", "zero2", "zero3", "ds-pp", "horovod", "tp", "pp", "dp-tp",
-                      "pp-dp"] = "ddp"
+    # The parallel layout (zoo.layouts: one row each, naming the launcher that runs it; the launchers guide lists
+    # what each does).
+    strategy: Annotated[str, AfterValidator(OneOf(lambda: LAYOUTS, "parallelism strategy"))] = "ddp"
     micro_batch_size: int | None = Field(None, ge=1)  # per replica; gradient accumulation makes up the rest
     tensor_parallel_size: int = Field(2, ge=1)  # dp-tp: ranks per tensor-parallel group (tp: all ranks)
     pipeline_stages: int = Field(2, ge=2)  # pp-dp and ds-pp: stages per pipeline (pp: one stage per rank)
@@ -146,8 +147,9 @@ class Recipe(Strict):
     def _length(self) -> "Recipe":
         if self.federated is None and (self.epochs is None) == (self.steps is None):
             raise ValueError("set exactly one of 'epochs' and 'steps'")
-        if self.quantization.scheme == "none" and {"int8-qat"} & set(self.export.variants):
-            raise ValueError("export.variants: int8-qat needs quantization.scheme: qat-int8")
+        for kind in [KINDS[key] for key in self.export.variants if KINDS[key].training]:
+            if kind.training.scheme != self.quantization.scheme:
+                raise ValueError(f"export.variants: {kind.key} needs quantization.scheme: {kind.training.scheme}")
         return self
 
     def digest(self) -> str:

@@ -12,6 +12,7 @@ from zoo import catalog
 from zoo.config import REPO_STORE, lfs_remote_urls, repo_store
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, plural
+from zoo.layouts import launchers_table
 from zoo.provenance import tree_state
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
@@ -87,17 +88,21 @@ def manifest(check: bool = typer.Option(False, help="Fail if the committed manif
     from zoo.train.parallel import matrix_markdown  # lazy: torch; only this command renders the launcher matrix
 
     path = catalog.manifest_path()
-    readme = catalog.README.read_text() if catalog.README.exists() else ""
-    matrix = catalog.replace_block(readme, *catalog.LAUNCHER_MATRIX, matrix_markdown())
+    stale = []  # (file, its text with the generated tables rewritten)
+    for target, markers, render in [(catalog.README, catalog.LAUNCHER_MATRIX, matrix_markdown),
+                                    (catalog.LAUNCHERS_GUIDE, catalog.LAYOUTS_TABLE, launchers_table)]:
+        text = target.read_text() if target.exists() else ""
+        if (new := catalog.replace_block(text, *markers, render())) != text:
+            stale.append((target, new))
     if check:
         if not path.exists() or path.read_text() != catalog.manifest_text():
             raise ZooError(f"{path} is out of date with the cards; run `zoo manifest` and commit it")
-        if matrix != readme:
-            raise ZooError(f"{catalog.README}: the launcher matrix is out of date; run `zoo manifest` and commit it")
+        if stale:
+            raise ZooError(f"{stale[0][0]}: a generated table is out of date; run `zoo manifest` and commit it")
         out.print(f"{path}: up to date")
         return
-    if matrix != readme:
-        atomic_write_text(catalog.README, matrix)
+    for target, new in stale:
+        atomic_write_text(target, new)
     out.print(f"wrote {catalog.write_manifest()}")
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
@@ -14,30 +12,21 @@ from zoo.docs.common import fmt, md_text, shape_text, size_cell, variant_type
 from zoo.docs.plots import plots
 from zoo.fsutil import human_size, plural
 from zoo.metrics import wilson_interval
-from zoo.models import build_model, model_spec
+from zoo.layouts import LAUNCHERS, LAYOUTS
+from zoo.models import model_spec
 from zoo.recipes import load_recipe
 from zoo.registry import model_name, model_uri
 from zoo.store.build_on_miss import build_estimate, buildable, planned_processes
 from zoo.kinds import kind_of, slower_than_fp32
 
-# Each launcher's command, and the model capability it needs (None: every model).
-LAUNCHERS = [  # {n}: the number of processes
-    ("ddp", "torchrun --nproc_per_node {n} launchers/ddp.py", "", None),
-    ("fsdp", "torchrun --nproc_per_node {n} launchers/fsdp.py", "", None),
-    ("deepspeed ZeRO-3", "deepspeed --num_gpus {n} launchers/deepspeed.py", " parallelism.strategy=zero3", None),
-    ("horovod", "horovodrun -np {n} -H localhost:{n} --gloo python launchers/horovod.py", "", None),
-    ("tensor parallel", "torchrun --nproc_per_node {n} launchers/tensor_parallel.py", " parallelism.strategy=tp",
-     "tensor_parallel_plan"),
-    ("pipeline", "torchrun --nproc_per_node {n} launchers/pipeline.py", " parallelism.strategy=pp", "pipeline_blocks"),
-]
-
-
 def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
-    """The training command of every launcher that supports this architecture, with `processes` ranks."""
-    with torch.device("meta"):  # capabilities only: no weights are allocated
-        model = build_model(architecture, num_classes=2, **load_recipe(recipe).model_args)
-    return [f"{command.format(n=processes)} --recipe {recipe} --model {architecture}{extra}   # {name}"
-            for name, command, extra, needs in LAUNCHERS if needs is None or hasattr(model, needs)]
+    """Each launcher's command with its default layout (zoo.layouts), for the launchers whose layout this
+    architecture supports, with `processes` ranks."""
+    spec, args = model_spec(architecture), load_recipe(recipe).model_args
+    return [f"{launcher.command.format(n=processes)} --recipe {recipe} --model {architecture}   "
+            f"# {launcher.name}" + ("" if launcher.default == launcher.name else f" ({launcher.default})")
+            for launcher in LAUNCHERS.values()
+            if not (needs := LAYOUTS[launcher.default].model_needs) or spec.offers(needs, **args)]
 
 
 def validation_verdicts(validation: dict, name: str) -> dict[str, str]:

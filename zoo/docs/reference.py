@@ -13,11 +13,15 @@ import yaml
 from zoo.config import REPO_ROOT
 from zoo.docs.common import RESULTS, md_text
 from zoo.recipes import Recipe
+from zoo.strict import OneOf
 from zoo.kinds import KINDS
 
 
-def _type(annotation) -> str:
-    """A schema type for readers: Literal values spelled out, unions joined with "or"."""
+def _type(annotation, metadata: list = ()) -> str:
+    """A schema type for readers: Literal values and a table's keys (zoo.strict.OneOf) spelled out, unions joined
+    with "or"."""
+    if tables := [m.func for m in metadata if isinstance(getattr(m, "func", None), OneOf)]:
+        return " \\| ".join(f"`{key}`" for key in tables[0].keys())
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
@@ -58,7 +62,8 @@ def recipes_reference() -> str:
                 describe(field.annotation, f"{prefix}{name}.")
                 continue
             default = "required" if field.is_required() else json.dumps(field.get_default(call_default_factory=True), default=str)
-            rows.append(f"| `{prefix}{name}` | {_type(field.annotation)} | `{default}` | {md_text(notes.get(name, ''))} |")
+            kind = _type(field.annotation, field.metadata)
+            rows.append(f"| `{prefix}{name}` | {kind} | `{default}` | {md_text(notes.get(name, ''))} |")
         if rows:
             lines.extend([f"## `{prefix.rstrip('.') or 'recipe'}`", "", "| field | type (allowed values) | default | meaning |",
                           "| --- | --- | --- | --- |", *rows, ""])

@@ -19,6 +19,12 @@ class ModelSpec:
     # A transformer encoder: onnxruntime's transformer optimizer fuses its fp32 graph (attention, layer norms).
     transformer: bool = False
 
+    def offers(self, method: str, **model_args) -> bool:
+        """Whether the architecture's model declares `method` (a parallel layout's need: tensor_parallel_plan,
+        pipeline_blocks, parallel_units). Built on the meta device: no weights are allocated."""
+        with torch.device("meta"):
+            return hasattr(self.builder(num_classes=2, **model_args), method)
+
 
 REGISTRY: dict[str, ModelSpec] = {}
 

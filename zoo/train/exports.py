@@ -1,6 +1,7 @@
 """Export every variant a recipe asks for, stamp it, and measure it with onnxruntime.
 
-fp32 and int8-qat come from the trained torch models (the kinds `made` by training); every other kind the recipe
+fp32 and the kinds made by a training phase of their own (int8-qat: zoo.kinds `Kind.training`) come from the trained
+torch models, each through its kind's exporter; every other kind the recipe
 lists, and the fp32 weights at its other opsets, are made from the exported fp32 file by zoo.variants.make, exactly
 as `zoo fetch` makes them when no store has them.
 """
@@ -8,6 +9,7 @@ as `zoo fetch` makes them when no store has them.
 from __future__ import annotations
 
 from pathlib import Path
+from pkgutil import resolve_name
 
 import onnx
 import torch
@@ -31,8 +33,9 @@ def _result(path: Path, opset: int, acc: float) -> dict:
     return {"file": path.name, "sha256": pointer.oid, "size": pointer.size, "opset": opset, "accuracy": acc}
 
 
-def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.Module | None, data: Dataset,
+def export_variants(recipe: Recipe, model: torch.nn.Module, trained: dict[str, torch.nn.Module], data: Dataset,
                     out: Path) -> dict[str, VariantResult]:
+    """`model`: the trained fp32 model; `trained`: the torch model of each kind its own training phase made."""
     split = data.split(recipe.eval_split)
     x, y = split.x.numpy(), split.y.numpy()
     example = data.train.x[:2]
@@ -65,11 +68,12 @@ def export_variants(recipe: Recipe, model: torch.nn.Module, converted: torch.nn.
         for key in others:  # the table's order: cards list variants in it
             kind = KINDS[key]
             bar.update(task, advance=1, description=f"export {key}")
-            if kind.made == "training":  # the QAT-converted torch model, through the dynamo exporter
-                if converted is None:
-                    raise ValueError(f"{key} export needs the QAT-converted model (quantization.scheme: qat-int8)")
-                path = metadata.stamp(export.export_int8_qat(converted, example, out / kind.file), key,
-                                    metadata.inherited_metadata(fp32), source=fp32)
+            if kind.training:  # the torch model its training phase made, through the kind's exporter
+                if key not in trained:
+                    raise ValueError(f"{key} export needs its training phase (quantization.scheme: "
+                                     f"{kind.training.scheme})")
+                path = metadata.stamp(resolve_name(kind.training.exporter)(trained[key], example, out / kind.file), key,
+                                      metadata.inherited_metadata(fp32), source=fp32)
             else:
                 path = make_file(kind, fp32, out / kind.file, origin, recipe, data)
             results[key] = VariantResult(**_result(path, _opset(path), accuracy(path, x, y)))

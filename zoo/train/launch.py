@@ -25,7 +25,8 @@ from zoo.models import model_spec
 from zoo.recipes import load_recipe
 from zoo.train.distributed import init_distributed, resolve_backend, shutdown
 from zoo.train.memory import allocator_env
-from zoo.train.parallel import LAUNCHERS, launcher_of, strategy_for, unsupported_here
+from zoo.layouts import LAUNCHERS, layout, layouts_of, strategy_for
+from zoo.train.parallel import unsupported_here
 from zoo.train.summary import SUMMARY_FILE, RunSummary
 from zoo.train.trainer import run
 
@@ -71,10 +72,10 @@ def sweep_cells(sweep: list[str], launcher: str) -> list[tuple[str, list[str]]]:
             raise ZooError(f"--sweep {item!r}: expected KEY=V1,V2 with values of letters, digits, '.' and '-' "
                            "(e.g. --sweep precision=fp32,bf16)")
         if key == "parallelism.strategy":
-            foreign = [v for v in names if v not in LAUNCHERS[launcher]]
-            if foreign:
+            mine = [lay.name for lay in layouts_of(launcher)]
+            if foreign := [v for v in names if v not in mine]:
                 raise ZooError(f"--sweep {item}: launchers/{launcher}.py does not run {', '.join(foreign)} "
-                               f"(it runs {', '.join(LAUNCHERS[launcher])})")
+                               f"(it runs {', '.join(mine)})")
         axes.append([f"{key}={v}" for v in names])
     if len({a[0].partition("=")[0] for a in axes}) != len(axes):
         raise ZooError("--sweep names one key twice; give all its values in one --sweep KEY=V1,V2")
@@ -97,11 +98,14 @@ def prepare(launcher: str, args: argparse.Namespace, extra: list[str] = ()):
     if args.no_tracking:
         overrides.append("tracking.enabled=false")
     recipe = load_recipe(name, overrides, model=args.model, backend=args.backend)
-    model_spec(recipe.model)  # unknown models fail before any process group exists
+    spec = model_spec(recipe.model)  # unknown models fail before any process group exists
     if recipe.federated is not None:
         raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
     resolve_backend(recipe.backend)  # nccl without GPUs, ccl without oneCCL: refused here, writing nothing
     strategy = strategy_for(launcher, recipe.parallelism.strategy)
+    if (needs := layout(strategy).model_needs) and not spec.offers(needs, **recipe.model_args):
+        raise ZooError(f"recipe '{recipe.name}': parallelism.strategy={strategy} needs a model that declares "
+                       f"{needs}() and {recipe.model} does not; pick another layout (zoo.layouts)")
     if reason := unsupported_here(strategy, recipe.precision):
         raise ZooError(f"recipe '{recipe.name}': {reason}")
     return recipe, strategy
@@ -124,7 +128,7 @@ def launch(launcher: str, argv: list[str] | None = None, init=None) -> None:
             raise ZooError(f"--output-dir {output_dir}: cannot create it ({exc.strerror or exc})") from None
         if cells[0][3] != recipe.parallelism.strategy != "ddp" and ctx.is_main:
             print(f"note: recipe '{recipe.name}' names parallelism '{recipe.parallelism.strategy}' "
-                  f"(launchers/{launcher_of(recipe.parallelism.strategy)}.py); launchers/{launcher}.py runs "
+                  f"(launchers/{layout(recipe.parallelism.strategy).launcher}.py); launchers/{launcher}.py runs "
                   f"'{cells[0][3]}'", file=sys.stderr)
         # A rank restarted by torchrun (--max-restarts) continues from the last complete checkpoint.
         resume = args.resume or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
@@ -164,12 +168,13 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
     # A bad recipe, model or backend: refused here, before any worker starts.
     args = parse_args(launcher_argv)
     recipe, _ = prepare(launcher or "ddp", args)
-    launcher = launcher or launcher_of(recipe.parallelism.strategy)
+    launcher = launcher or layout(recipe.parallelism.strategy).launcher
     for _, extra in sweep_cells(args.sweep, launcher):  # and every cell of a sweep
         prepare(launcher, args, extra)
-    if launcher == "horovod":
-        raise ZooError("Horovod jobs start with horovodrun, not torchrun: "
-                       f"horovodrun -np {nproc_per_node * nnodes} python launchers/horovod.py {shlex.join(launcher_argv)}")
+    if not LAUNCHERS[launcher].torchrun:
+        command = LAUNCHERS[launcher].command.format(n=nproc_per_node * nnodes)
+        raise ZooError(f"launchers/{launcher}.py jobs start with {command.split()[0]}, not torchrun: "
+                       f"{command} {shlex.join(launcher_argv)}")
     if nnodes > 1 and not rdzv_endpoint:
         raise ZooError(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the same on every node)")
     rendezvous = (["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",

@@ -13,7 +13,6 @@ import gc
 import warnings
 
 import torch
-
 from torchao.quantization.pt2e import (
     allow_exported_model_train_eval,
     move_exported_model_to_eval,
@@ -25,6 +24,23 @@ from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
     X86InductorQuantizer,
     get_default_x86_inductor_quantization_config,
 )
+
+from zoo.train.parallel import qat_strategy
+from zoo.train.schedule import Phase
+
+
+def fine_tune(model: torch.nn.Module, recipe, data, ctx, strategy, train) -> torch.nn.Module:
+    """int8-qat's training hook (zoo.kinds): the trained fp32 model fine-tuned with fake quantization for the recipe's
+    qat_steps (a phase named "qat" of the same loop), its observers' ranges agreed over the global batch, then
+    converted to the int8 model the exporter writes."""
+    q = recipe.quantization
+    prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
+    ranges = ObservedRanges(prepared, ctx)
+    # First ranges from the same examples on every rank and in every layout (a checkpoint, if resumed, replaces them).
+    ranges.calibrate(prepared, data.train.x[:recipe.global_batch_size].to(ctx.device))
+    prepared = train(Phase("qat", q.qat_steps, q.qat_lr, 0), prepared, qat_strategy(strategy), ranges.update)
+    ranges.close()
+    return convert_qat(prepared)
 
 
 def prepare_qat(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Module:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
+from pkgutil import resolve_name
 
 import numpy as np
 import torch
@@ -26,12 +27,13 @@ from zoo.data import Dataset, load_dataset
 from zoo.data.shifts import augmented
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text
+from zoo.kinds import trained_kinds
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
 from zoo.train.distributed import DistContext
 from zoo.train.memory import MemoryCount, allocator_in_use, live_storages
-from zoo.train.parallel import Strategy, make_strategy, qat_strategy
+from zoo.train.parallel import Strategy, make_strategy
 from zoo.train.measure import cpu_profile, peak_rss_mib, per_rank, ranks_agree, torch_accuracy
 from zoo.train.schedule import BatchPlan, Phase, lr_at, steps_for
 from zoo.train.summary import PhaseSummary, RunSummary, TrackedRun
@@ -159,7 +161,8 @@ def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
 def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir: Path | None = None,
         resume: bool = False, tracking_uri: str | None = None, launcher: str = "ddp",
         profile_memory: bool = False) -> RunSummary | None:
-    """Train (fp32, then QAT when the recipe asks), export every variant and measure it. Rank 0 returns the summary."""
+    """Train (fp32, then the phase of each kind the recipe's quantization scheme makes: QAT), export every variant and
+    measure it. Rank 0 returns the summary."""
     torch.manual_seed(recipe.seed)
     np.random.seed(recipe.seed)
     if ctx.device.type == "cuda":
@@ -194,22 +197,17 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         eval_split = data.split(recipe.eval_split)
         measure = bool(recipe.export.variants)  # `export.variants=[]`: train only (benchmarks)
         torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
-        converted = None
-        if recipe.quantization.scheme == "qat-int8":
-            from zoo.train.qat import ObservedRanges, convert_qat, prepare_qat  # lazy: torchao (~3 s), QAT recipes only
 
-            q = recipe.quantization
-            prepared = prepare_qat(model, data.train.x[:2].to(ctx.device))
-            ranges = ObservedRanges(prepared, ctx)
-            # First ranges from the same examples on every rank and in every layout (a checkpoint, if resumed, replaces them).
-            ranges.calibrate(prepared, data.train.x[:recipe.global_batch_size].to(ctx.device))
-            phases.append(Phase("qat", q.qat_steps, q.qat_lr, 0))
-            prepared = train_phase(phases[1], prepared, qat_strategy(strategy), recipe, data, ctx, tracker, ckpt_dir,
-                                   resume, after_step=ranges.update)
-            ranges.close()
-            converted = convert_qat(prepared)
+        def train(phase: Phase, module: torch.nn.Module, layout: Strategy, after_step=None) -> torch.nn.Module:
+            """One more phase of this run (a kind's training hook: QAT fine-tuning)."""
+            phases.append(phase)
+            return train_phase(phase, module, layout, recipe, data, ctx, tracker, ckpt_dir, resume, after_step)
+
+        trained = {}  # the kinds made by their own training phase (zoo.kinds: Kind.training): their torch models
+        for kind in trained_kinds(recipe.quantization.scheme):
+            trained[kind.key] = resolve_name(kind.training.hook)(model, recipe, data, ctx, strategy, train)
             if measure:
-                torch_metrics["int8-qat"] = torch_accuracy(converted, eval_split.x, eval_split.y)
+                torch_metrics[kind.key] = torch_accuracy(trained[kind.key], eval_split.x, eval_split.y)
         for name, value in torch_metrics.items():
             tracker.metric(f"torch/{name}/accuracy", value, 0)
         summary = None
@@ -218,7 +216,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
 
             # Export and onnxruntime measurement run on the CPU, wherever training ran.
             model = model.cpu()
-            variants = export_variants(recipe, model, converted.cpu() if converted is not None else None, data,
+            variants = export_variants(recipe, model, {key: m.cpu() for key, m in trained.items()}, data,
                                        output_dir) if measure else {}
             summary = RunSummary(
                 model=recipe.model, recipe=recipe.name, recipe_sha256=recipe.digest(), launcher=launcher,
