@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.zoo-setup-done
-# The text datasets (zoo/data/langid.py): Debian packages downloaded as .deb files and unpacked (never installed),
+# The text datasets (zoo/data/langid/sources.py): Debian packages downloaded as .deb files and unpacked (never installed),
 # each with its VERSION: fortunes databases, LibreOffice help and the GNOME user guide in eight languages.
 TEXTS := $(VENV)/share/zoo-data/text
 TEXT_PACKAGES := fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br \

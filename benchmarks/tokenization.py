@@ -1,9 +1,9 @@
 """Which tokenization for the language-ID entries: the English-uncased BERT WordPiece against WordPiece vocabularies
-trained on the training split's balanced sample (zoo.data.langid.train_tokenizer) at several sizes, measured on both
+trained on the training split's balanced sample (zoo.data.langid.tokenization.train_tokenizer) at several sizes, measured on both
 test sets.
 
 Per language: [UNK] tokens per 100 words, pieces per word, words cut into 3 or more pieces (fragments), and texts
-cut off by the 64-token input. The vocabulary the `langid-16k` dataset uses (zoo.data.langid.VOCAB_SIZE) is chosen
+cut off by the 64-token input. The vocabulary the `langid-16k` dataset uses (zoo.data.langid.tokenization.VOCAB_SIZE) is chosen
 here: the smallest trained size whose pieces per word are within 20% of the largest size's in every language on both
 test sets (the embedding table is most of a small model's bytes: each doubling of the vocabulary doubles it).
 
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zoo.data import langid  # noqa: E402
+from zoo.data.langid import sources, tokenization  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
 
@@ -35,7 +36,7 @@ def measure(tokenizer, texts: list[str], labels: list[int]) -> dict[str, dict[st
     tokenizer.no_truncation()
     unk = tokenizer.token_to_id("[UNK]")
     out = {}
-    for label, language in enumerate(langid.LABELS):
+    for label, language in enumerate(sources.LABELS):
         mine = [t for t, y in zip(texts, labels) if y == label]
         words = [w for t in mine for w in WORD.findall(t)]
         pieces = [len(e.ids) for e in tokenizer.encode_batch(words, add_special_tokens=False)]
@@ -44,7 +45,7 @@ def measure(tokenizer, texts: list[str], labels: list[int]) -> dict[str, dict[st
             "unk_per_100_words": 100 * sum(e.ids.count(unk) for e in encoded) / max(1, len(words)),
             "pieces_per_word": sum(pieces) / max(1, len(pieces)),
             "fragment_pct": 100 * sum(p >= 3 for p in pieces) / max(1, len(pieces)),
-            "truncated_pct": 100 * sum(len(e.ids) > langid.MAX_TOKENS for e in encoded) / max(1, len(encoded)),
+            "truncated_pct": 100 * sum(len(e.ids) > tokenization.MAX_TOKENS for e in encoded) / max(1, len(encoded)),
         }
     return out
 
@@ -54,7 +55,7 @@ def choose(results: dict, sizes: list[int], within: float = 1.2) -> int:
     for size in sizes:
         mine = results[f"trained-{size}"]
         if all(mine[s][lang]["pieces_per_word"] <= within * largest[s][lang]["pieces_per_word"]
-               for s in mine for lang in langid.LABELS):
+               for s in mine for lang in sources.LABELS):
             return size
     return sizes[-1]
 
@@ -65,8 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     splits = langid.texts()["splits"]
     sets = {"fortunes": splits["test"], "second-domain": splits["second-domain"]}
-    candidates = {"bert-uncased-30522": langid.uncased_tokenizer}
-    candidates.update({f"trained-{n}": (lambda n=n: langid.train_tokenizer(n)) for n in args.sizes})
+    candidates = {"bert-uncased-30522": tokenization.uncased_tokenizer}
+    sample = langid.vocabulary_texts()
+    candidates.update({f"trained-{n}": (lambda n=n: tokenization.train_tokenizer(sample, n)) for n in args.sizes})
     results = {}
     for name, make in candidates.items():
         tokenizer = make()
@@ -74,7 +76,7 @@ def main() -> None:
         print(name, "done", file=sys.stderr)
     chosen = choose(results, sorted(args.sizes))
     cpu = cpu_info()
-    record = {"cpu": cpu, "chosen_vocab_size": chosen, "dataset_vocab_size": langid.VOCAB_SIZE, "results": results}
+    record = {"cpu": cpu, "chosen_vocab_size": chosen, "dataset_vocab_size": tokenization.VOCAB_SIZE, "results": results}
     out = ROOT / "benchmarks" / "results"
     atomic_write_text(out / "tokenization.json", json.dumps(record, indent=1) + "\n")
     lines = ["# Tokenization for language identification", "",
@@ -83,15 +85,15 @@ def main() -> None:
              "(fragments), % of texts longer than the 64-token input.", "",
              "Chosen: the smallest trained vocabulary whose pieces per word are within 20% of the largest trained "
              f"size's in every language on both test sets: **{chosen:,} tokens** (the `{langid.TRAINED}` dataset uses "
-             f"{langid.VOCAB_SIZE:,}; `langid`, for imported checkpoints, keeps their English-uncased vocabulary).", ""]
+             f"{tokenization.VOCAB_SIZE:,}; `langid`, for imported checkpoints, keeps their English-uncased vocabulary).", ""]
     for test_set in sets:
-        lines += [f"## {test_set}", "", "| tokenizer | " + " | ".join(langid.LABELS) + " |",
-                  "| --- |" + " --- |" * len(langid.LABELS)]
+        lines += [f"## {test_set}", "", "| tokenizer | " + " | ".join(sources.LABELS) + " |",
+                  "| --- |" + " --- |" * len(sources.LABELS)]
         for name in results:
             r = results[name][test_set]
             lines.append(f"| {name} | " + " | ".join(
                 f"{r[lang]['unk_per_100_words']:.1f} unk · {r[lang]['pieces_per_word']:.2f} p/w · "
-                f"{r[lang]['fragment_pct']:.0f}% frag · {r[lang]['truncated_pct']:.0f}% cut" for lang in langid.LABELS)
+                f"{r[lang]['fragment_pct']:.0f}% frag · {r[lang]['truncated_pct']:.0f}% cut" for lang in sources.LABELS)
                 + " |")
         lines.append("")
     atomic_write_text(out / "tokenization.md", "\n".join(lines))

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from zoo.data import langid, load_dataset
+from zoo.data.langid import augmentation, sources, tokenization
 from zoo.data.shifts import augmented
 from zoo.errors import ZooError
 
@@ -44,30 +45,30 @@ def test_langid_splits_sources_and_the_unchanged_test_set():
     for language, counts in info["sources"].items():  # more than one source for every language
         assert counts["fortunes"] > 1500 and counts["libreoffice-help"] > 15000, (language, counts)
     # Translations keep untranslated paragraphs in English: none of them is labelled as another language.
-    english_help = set(langid.libreoffice_help("en")) | set(langid.gnome_help("en"))
-    en = langid.LABELS.index("en")
+    english_help = set(sources.libreoffice_help("en")) | set(sources.gnome_help("en"))
+    en = sources.LABELS.index("en")
     assert not {t for t, y in zip(*splits["train"]) if y != en} & english_help
     assert not {t for t, y in zip(*splits["second-domain"]) if y != en} & english_help
-    assert set(info["packages"]) == set(langid.PACKAGES) and "unknown" not in info["packages"].values()
+    assert set(info["packages"]) == set(sources.PACKAGES) and "unknown" not in info["packages"].values()
 
 
 def test_langid_augmented_copies_are_deterministic():
     text = "Der frühe Vogel fängt den Wurm, sagt man in Deutschland seit vielen Jahren."
-    copies = langid.augment(text)
-    assert copies == langid.augment(text) and copies[0] == text and len(copies) == 3
+    copies = augmentation.augment(text)
+    assert copies == augmentation.augment(text) and copies[0] == text and len(copies) == 3
     snippet = copies[1].split()
     assert 1 <= len(snippet) <= 6 and " ".join(snippet) in text
     noisy = copies[2].lower()
-    assert noisy != text.lower() and any(token.lower() in noisy for token in langid._INSERTS)
+    assert noisy != text.lower() and any(token.lower() in noisy for token in augmentation._INSERTS)
 
 
 def test_trained_vocabulary_rides_in_the_dataset_and_fits_the_model():
-    data = load_dataset(langid.TRAINED)
+    data = load_dataset(tokenization.TRAINED)
     vocab = json.loads(data.onnx_metadata["zoo.tokenizer"])["model"]["vocab"]
-    assert data.model_args == {"vocab_size": len(vocab)} and len(vocab) == langid.VOCAB_SIZE
+    assert data.model_args == {"vocab_size": len(vocab)} and len(vocab) == tokenization.VOCAB_SIZE
     assert vocab["[PAD]"] == 0 and int(data.train.x.max()) < len(vocab)
     assert len(data.train) == 3 * 8 * langid.TRAIN_PER_LANGUAGE  # originals, snippets, noisy copies
-    tokenizer = langid.tokenizer(langid.TRAINED)
+    tokenizer = tokenization.tokenizer(tokenization.TRAINED)
     # Accents stay (the uncased vocabulary strips them), Cyrillic and Polish words stay whole-ish.
     assert "ż" in tokenizer.normalizer.normalize_str("Żółw") and sum(1 for i in tokenizer.encode("Привет").ids if i) <= 4
     uncased = load_dataset("langid")
@@ -77,14 +78,14 @@ def test_trained_vocabulary_rides_in_the_dataset_and_fits_the_model():
 
 def test_the_trained_vocabulary_is_committed_and_fits_the_training_split():
     # The dataset's ids come from the committed vocabulary, never from a training on this machine (not deterministic)
-    committed = json.loads(langid.VOCABULARY.read_text())["model"]["vocab"]
-    assert json.loads(langid.tokenizer_json(langid.TRAINED))["model"]["vocab"] == committed
+    committed = json.loads(tokenization.VOCABULARY.read_text())["model"]["vocab"]
+    assert json.loads(tokenization.tokenizer_json(tokenization.TRAINED))["model"]["vocab"] == committed
     # the cache key follows the vocabulary: arrays encoded with another vocabulary are never reused
-    assert hashlib.sha256(langid.tokenizer_json(langid.TRAINED).encode()).hexdigest()[:12] in \
-        langid._version(langid.TRAINED)
+    assert hashlib.sha256(tokenization.tokenizer_json(tokenization.TRAINED).encode()).hexdigest()[:12] in \
+        langid._version(tokenization.TRAINED)
     # ...and that vocabulary is what training on today's vocabulary sample gives, up to the trainer's tie-breaking: a
     # change to the texts that moves the vocabulary fails here until `zoo vocabulary` retrains it.
-    fresh = json.loads(langid.train_tokenizer().to_str())["model"]["vocab"]
+    fresh = json.loads(tokenization.train_tokenizer(langid.vocabulary_texts()).to_str())["model"]["vocab"]
     assert len(set(fresh) & set(committed)) >= 0.99 * len(committed)
 
 

