@@ -5,11 +5,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.zoo-setup-done
 # The text datasets (zoo/data/langid/sources.py): Debian packages downloaded as .deb files and unpacked (never installed),
-# each with its VERSION: fortunes databases, LibreOffice help and the GNOME user guide in eight languages.
+# each with its VERSION: fortunes databases, LibreOffice help and the GNOME user guide in eight languages, and the
+# message catalogs of coreutils, the GNU C library and tar (a held-out domain of benchmarks/baselines.py).
 TEXTS := $(VENV)/share/zoo-data/text
 TEXT_PACKAGES := fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br \
   libreoffice-help-en-us libreoffice-help-de libreoffice-help-es libreoffice-help-it libreoffice-help-pl \
-  libreoffice-help-ru libreoffice-help-cs libreoffice-help-pt-br gnome-user-docs
+  libreoffice-help-ru libreoffice-help-cs libreoffice-help-pt-br gnome-user-docs coreutils libc-l10n tar
+# Renamed whenever TEXT_PACKAGES changes, so a checkout set up before unpacks the new list.
+TEXTS_DONE := $(TEXTS)/.done-2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Runs of the test suite and benchmarks use this many threads per process (2-core machines).
 export OMP_NUM_THREADS ?= 1
@@ -19,15 +22,15 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup test validate validate-full validation-report quickstart benchmarks manifest docs docs-serve
 
-setup: $(STAMP) $(TEXTS)/.done
+setup: $(STAMP) $(TEXTS_DONE)
 
-$(TEXTS)/.done:
+$(TEXTS_DONE):
 	rm -rf $(TEXTS).tmp && mkdir -p $(TEXTS).tmp/debs
 	cd $(TEXTS).tmp/debs && (apt-get download $(TEXT_PACKAGES) || \
 	  ($(SUDO) apt-get update -q && apt-get download $(TEXT_PACKAGES)))
 	for deb in $(TEXTS).tmp/debs/*.deb; do p=$$(dpkg-deb -f $$deb Package); \
 	  dpkg -x $$deb $(TEXTS).tmp/$$p && dpkg-deb -f $$deb Version > $(TEXTS).tmp/$$p/VERSION || exit 1; done
-	rm -rf $(TEXTS).tmp/debs $(TEXTS) && mv $(TEXTS).tmp $(TEXTS) && touch $(TEXTS)/.done
+	rm -rf $(TEXTS).tmp/debs $(TEXTS) && mv $(TEXTS).tmp $(TEXTS) && touch $(TEXTS_DONE)
 
 $(STAMP): pyproject.toml Makefile tools/cxx17
 	@git lfs version >/dev/null 2>&1 || $(SUDO) apt-get install -y -q git-lfs || \

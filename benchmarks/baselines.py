@@ -1,8 +1,9 @@
 """The catalog's entries next to the classic tool for each task, measured side by side on the same examples.
 
 - Language identification: langid.py 1.1.6 and lingua-language-detector, both restricted to the eight languages,
-  against every ONNX variant of every language-ID entry, on the fortunes test set, on the second-domain test set
-  (GNOME user guide, never trained on) and on robustness copies of the fortunes test texts (first three words only,
+  against every ONNX variant of every language-ID entry, on the fortunes test set, on two held-out domains never
+  trained on (the GNOME user guide; program messages of coreutils, the GNU C library and tar, read from their
+  gettext catalogs) and on robustness copies of the fortunes test texts (first three words only,
   upper case, punctuation removed, a number / address / code token mixed in). Accuracy overall, by language and by
   text length; speed in ms per text, one text at a time on one thread (for the entries: tokenizing plus one
   onnxruntime run at batch 1).
@@ -48,6 +49,9 @@ LENGTHS = [(0, 50), (50, 100), (100, 200), (200, 10_000)]  # characters
 PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 MIXED = ["2024", "https://example.org/x", "user@example.com", "v2.1", "12:30", "#42"]
 RESULTS = ROOT / "benchmarks" / "results"
+# The test sets of whole texts: the fortunes test split, then the two domains never trained on (GNOME user guide,
+# program messages); the by-language and by-length tables cover each of them.
+DOMAINS = ("fortunes", "second-domain", "software messages")
 
 
 def robustness_sets(texts: list[str], labels: list[int]) -> dict[str, tuple[list[str], list[int]]]:
@@ -136,7 +140,8 @@ def langid_benchmark(names: list[str], speed_texts: int) -> dict:
     from tokenizers import Tokenizer
 
     splits = langid.texts()["splits"]
-    sets = {"fortunes": splits["test"], "second-domain": splits["second-domain"]}
+    messages = langid.software_messages_test()
+    sets = dict(zip(DOMAINS, [splits["test"], splits["second-domain"], (messages["texts"], messages["labels"])]))
     sets.update(robustness_sets(*splits["test"]))
     speed_sample = splits["test"][0][::max(1, len(splits["test"][0]) // speed_texts)][:speed_texts]
     rows, not_measured = [], []
@@ -167,7 +172,7 @@ def langid_benchmark(names: list[str], speed_texts: int) -> dict:
             rows.append({"tool": name, "variant": key, "kind": "entry", "sha256": sha256_file(path), "sets": result,
                          "ms_per_text": per_text_ms(classify, speed_sample)})
     return {"test_sets": {s: len(y) for s, (_, y) in sets.items()}, "labels": langid.LABELS, "rows": rows,
-            "not_measured": not_measured}
+            "not_measured": not_measured, "domains": list(DOMAINS), "message_packages": messages["packages"]}
 
 
 def digits_benchmark(names: list[str], speed_images: int) -> dict:
@@ -226,7 +231,7 @@ def _run_markdown(record: dict) -> list[str]:
                 label = row["tool"] + (f" {row['variant']}" if row.get("variant") else f" {row['version']}")
                 lines.append(f"| {label} | " + " | ".join(f"{100 * row['sets'][s]['accuracy']:.1f}" for s in sets)
                              + f" | {row['ms_per_text']:.2f} |")
-            for s in ("fortunes", "second-domain"):
+            for s in result.get("domains", DOMAINS[:2]):
                 lines += ["", f"#### {s}: by language and by length (characters)", "",
                           "| tool | " + " | ".join(result["labels"]) + " | " +
                           " | ".join(result["rows"][0]["sets"][s]["by_length"]) + " |",

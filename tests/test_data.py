@@ -52,6 +52,19 @@ def test_langid_splits_sources_and_the_unchanged_test_set():
     assert set(info["packages"]) == set(sources.PACKAGES) and "unknown" not in info["packages"].values()
 
 
+def test_software_messages_are_a_third_domain_never_trained_on():
+    """Program messages (coreutils, glibc, tar gettext catalogs; make setup unpacks them): 300 per language, none of
+    them a text of any split, none of the translated ones left in English, each package's version recorded."""
+    held_out = langid.software_messages_test()
+    texts, labels = held_out["texts"], held_out["labels"]
+    assert torch.bincount(torch.tensor(labels)).tolist() == [langid.SOFTWARE_MESSAGES_TEST] * 8
+    assert not set(texts) & {t for split, _ in langid.texts()["splits"].values() for t in split}
+    english = set(sources.software_messages("en"))
+    assert len(english) > 1500 and not {t for t, y in zip(texts, labels) if y != sources.LABELS.index("en")} & english
+    assert set(held_out["packages"]) == set(sources.MESSAGES) and "unknown" not in held_out["packages"].values()
+    assert texts == langid.software_messages_test()["texts"]  # the same set on every run
+
+
 def test_langid_augmented_copies_are_deterministic():
     text = "Der frühe Vogel fängt den Wurm, sagt man in Deutschland seit vielen Jahren."
     copies = augmentation.augment(text)

@@ -222,6 +222,37 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
                     assert (name, key, v.sha256) in measured, f"{name} {key}: run python benchmarks/baselines.py"
 
 
+def test_a_language_id_page_says_when_to_prefer_the_classic_tool():
+    """From the measured rows: which tool is more accurate on which held-out domain, how many times faster the classic
+    tool is than the entry's fastest variant, and when to pick which."""
+    from zoo.docs import baselines_section
+
+    card = catalog.get_card("bert-tiny")
+    domains = ["fortunes", "second-domain", "software messages"]
+
+    def row(tool: str, kind: str, accuracy: list[float], ms: float, variant: str | None = None) -> dict:
+        sets = {s: {"accuracy": a, "by_language": {}, "by_length": {}} for s, a in zip(domains, accuracy)}
+        return {"tool": tool, "kind": kind, "variant": variant, "sha256": card.variants[variant].sha256 if variant else None,
+                "version": "1.1.6", "sets": sets, "ms_per_text": ms}
+
+    def page(entry_accuracy: list[float]) -> str:
+        rows = [row("langid.py", "baseline", [0.987, 0.99, 0.95], 0.1),
+                row("bert-tiny", "entry", entry_accuracy, 0.8, "fp32"), row("bert-tiny", "entry", entry_accuracy, 0.5,
+                                                                           "int8-dynamic")]
+        task = {"test_sets": {s: 2400 for s in domains}, "domains": domains, "labels": [], "rows": rows}
+        return "\n".join(baselines_section(card, {"runs": [{"cpu": {"model": "Some CPU"}, "threads": 1,
+                                                             "tasks": {"language-identification": task}}]}))
+
+    ahead = page([0.992, 0.992, 0.96])
+    assert ("**Against langid.py:** bert-tiny fp32 is at least as accurate on every test set (fortunes, second-domain, "
+            "software messages) and 5.0x slower than langid.py (int8-dynamic, its fastest: 0.50 vs 0.10 ms per text). "
+            "Prefer bert-tiny where accuracy on unfamiliar text counts; prefer langid.py where throughput counts") in ahead
+    assert "software messages: coreutils, GNU C library and tar messages" in ahead
+    behind = page([0.992, 0.98, 0.90])
+    assert ("**Against langid.py:** langid.py is more accurate on second-domain, software messages (while bert-tiny "
+            "fp32 leads on fortunes), and bert-tiny is 5.0x slower") in behind
+
+
 def test_the_benchmarks_page_reads_as_a_page(site):
     """Short headings, each with text under it; one wording of the validation result on both pages that show it; no
     wording about how this project's sessions run."""

@@ -43,7 +43,8 @@ import numpy as np
 from zoo.config import data_dir
 from zoo.data.base import Dataset, Split, cached_arrays, register_dataset
 from zoo.data.langid.augmentation import augment
-from zoo.data.langid.sources import LABELS, digest, gnome_help, libreoffice_help, fortunes, package_versions, split_of
+from zoo.data.langid.sources import (LABELS, MESSAGES, digest, fortunes, gnome_help, libreoffice_help, package_versions,
+                                     software_messages, split_of)
 from zoo.data.langid.tokenization import (MAX_TOKENS, TRAINED, VOCAB_SIZE, VOCABULARY, encode, tokenizer,
                                           tokenizer_json, train_tokenizer)
 from zoo.fsutil import atomic_write_text
@@ -55,6 +56,7 @@ from zoo.fsutil import atomic_write_text
 # split, from which the second-domain set excluded its texts: the second-domain set stays the same).
 CAPS = {"val": 150, "test": 300}
 SECOND_DOMAIN_TEST = 300
+SOFTWARE_MESSAGES_TEST = 300
 TRAIN_PER_LANGUAGE = 30000
 VOCABULARY_SAMPLE = 16000
 TEXTS_VERSION = "v4"
@@ -106,6 +108,19 @@ def texts() -> dict:
     data = {"splits": out, "sources": sources, "packages": package_versions()}
     atomic_write_text(path, json.dumps(data, ensure_ascii=False))
     return data
+
+
+def software_messages_test() -> dict:
+    """The third held-out domain, program messages (zoo.data.langid.sources.MESSAGES), never trained on and apart from
+    the dataset (its arrays and cards stay as they are): SOFTWARE_MESSAGES_TEST per language, the first by sha256,
+    none of them a text of any split. {"texts", "labels", "packages"}."""
+    used = {t for split, _ in texts()["splits"].values() for t in split}
+    out, labels = [], []
+    for label, language in enumerate(LABELS):
+        picked = _take([t for t in software_messages(language) if t not in used], SOFTWARE_MESSAGES_TEST)
+        out += picked
+        labels += [label] * len(picked)
+    return {"texts": out, "labels": labels, "packages": package_versions(list(MESSAGES))}
 
 
 def vocabulary_texts() -> list[str]:

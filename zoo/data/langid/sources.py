@@ -4,6 +4,7 @@ zoo.data.langid, picks and balances them)."""
 
 from __future__ import annotations
 
+import gettext
 import hashlib
 import os
 import re
@@ -26,6 +27,10 @@ LIBREOFFICE = {"en": ("libreoffice-help-en-us", "en-US"), "de": ("libreoffice-he
 GNOME = "gnome-user-docs"
 GNOME_DIRS = {"en": "C", "de": "de", "es": "es", "it": "it", "pl": "pl", "ru": "ru", "cs": "cs", "pt": "pt_BR"}
 PACKAGES = sorted({*FORTUNES.values(), *(p for p, _ in LIBREOFFICE.values()), GNOME})
+# Software messages (the third held-out domain, never trained on): each package's gettext catalogs (package -> text
+# domain), read from usr/share/locale/<locale>/LC_MESSAGES/<domain>.mo; English is their source strings (msgid).
+MESSAGES = {"coreutils": "coreutils", "libc-l10n": "libc", "tar": "tar"}
+MESSAGE_LOCALES = {"cs": "cs", "de": "de", "es": "es", "it": "it", "pl": "pl", "pt": "pt_BR", "ru": "ru"}
 MIN_CHARS, MAX_CHARS = 40, 600  # fortunes entries (as in the first builds: the test split stays the same)
 MIN_PARAGRAPH = 20  # help paragraphs: shorter ones are mostly menu names and labels
 
@@ -42,10 +47,10 @@ def _package(name: str) -> Path:
     return root
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(packages=PACKAGES) -> dict[str, str]:
     """{package: Debian version} of the unpacked text packages (make setup writes VERSION beside each)."""
     return {p: ((_package(p) / "VERSION").read_text().strip() if (_package(p) / "VERSION").exists() else "unknown")
-            for p in PACKAGES}
+            for p in packages}
 
 
 def _clean(text: str) -> str:
@@ -136,6 +141,28 @@ def gnome_help(language: str) -> list[str]:
     """GNOME user-guide paragraphs in `language`, those left in English by the translation dropped."""
     texts = _gnome_raw(language)
     return sorted(texts if language == "en" else texts - _gnome_raw("en"))
+
+
+@cache
+def _messages_raw(language: str) -> frozenset[str]:
+    """The messages of every MESSAGES catalog in `language` (English: the source strings of the German catalogs,
+    which translate them all), option lists and one-word labels dropped by the help paragraphs' rule."""
+    texts = set()
+    for package, domain in MESSAGES.items():
+        locale = MESSAGE_LOCALES.get(language, "de")
+        path = _package(package) / "usr" / "share" / "locale" / locale / "LC_MESSAGES" / f"{domain}.mo"
+        with path.open("rb") as f:
+            catalog = gettext.GNUTranslations(f)._catalog
+        for source, translated in catalog.items():
+            if isinstance(source, str) and source and isinstance(translated, str):
+                texts.add(_clean(source if language == "en" else translated))
+    return frozenset(_keep_paragraphs(texts))
+
+
+def software_messages(language: str) -> list[str]:
+    """Program messages (coreutils, the GNU C library, tar) in `language`, those left in English dropped."""
+    texts = _messages_raw(language)
+    return sorted(texts if language == "en" else texts - _messages_raw("en"))
 
 
 def digest(text: str) -> str:
