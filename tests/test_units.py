@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import ZooError
 from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
-from zoo.store.remotes import HashingWriter
+from zoo.store.verified_writes import HashingWriter
 from zoo.train.schedule import BatchPlan, Phase, lr_at
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import logging
 import os
 import sys
 from pathlib import Path
@@ -57,12 +56,12 @@ class _OnnxruntimeWithoutOrtmodule(importlib.abc.MetaPathFinder):
 
 if "onnxruntime" not in sys.modules:
     sys.meta_path.insert(0, _OnnxruntimeWithoutOrtmodule())
-# torchao (imported by the QAT code and by transformers) warns at import about CUDA kernels a CPU build lacks, and torch
-# about its own enum registrations: noise on every command's terminal, none of it actionable.
-for _noisy in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):
-    logging.getLogger(_noisy).setLevel(logging.ERROR)
 
-from zoo.catalog import get_card, get_entry, list_models  # noqa: E402  (after the import hook above)
+from zoo.logs import quiet_imports  # noqa: E402  (after the import hook above)
+
+quiet_imports()
+
+from zoo.catalog import get_card, get_entry, list_models  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 
 __all__ = ["fetch", "get_card", "get_entry", "list_models", "ZooError"]

@@ -1,4 +1,5 @@
-"""Libraries' log noise held down where the zoo calls them, never at import time."""
+"""Libraries' log noise, held down in one place: around the zoo's calls into them (`quiet`), and for the few that
+are noisy while they are imported, before anything imports them (`quiet_imports`, run by `import zoo`)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,15 @@ def quiet(*names: str, level: int = logging.ERROR):
     finally:
         for logger, old in zip(loggers, before):
             logger.setLevel(old)
+
+
+# Noisy while imported, wherever that happens (torchao is imported by the QAT code and by transformers): warnings about
+# CUDA kernels a CPU build lacks and torch's own enum registrations, none of them actionable.
+NOISY_IMPORTS = ("torchao", "torchao.kernel.intmm", "torch.utils._pytree")
+
+
+def quiet_imports() -> None:
+    """Raise NOISY_IMPORTS' loggers to ERROR for the process (their warnings come while they are imported, which no
+    call of the zoo's surrounds)."""
+    for name in NOISY_IMPORTS:
+        logging.getLogger(name).setLevel(logging.ERROR)

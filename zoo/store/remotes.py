@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import hashlib
-import queue
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,42 +17,18 @@ from urllib.parse import unquote, urlparse
 
 import requests
 import urllib3
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from zoo.config import lfs_timeout
 from zoo.fsutil import plural
 from zoo.errors import IntegrityError, RemoteError
 from zoo.fsutil import atomic_copy
+from zoo.store.batch_api import LFS_MEDIA_TYPE, Action, BatchAnswer, BatchObject
 from zoo.store.cache import check_file, lfs_objects, object_relpath
+from zoo.store.verified_writes import HashingWriter, finish_part, hash_existing
 from zoo.pointer import CHUNK, Pointer, sha256_file
 
-LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 Progress = Callable[[int], None]  # called with the bytes done so far
-
-
-class Action(BaseModel):
-    """One transfer action of a Batch API answer (download, upload or verify)."""
-
-    href: str
-    header: dict[str, str] = Field(default_factory=dict)
-
-
-class ObjectError(BaseModel):
-    code: int | None = None
-    message: str = "object not found"
-
-
-class BatchObject(BaseModel):
-    oid: str
-    size: int | None = None
-    actions: dict[str, Action] = Field(default_factory=dict)
-    error: ObjectError | None = None
-
-
-class BatchAnswer(BaseModel):
-    """What a Git LFS server answers to a batch request; anything else is the server's fault, said in one line."""
-
-    objects: list[BatchObject] = Field(default_factory=list)
 
 
 class NotOnRemote(Exception):
@@ -90,60 +64,6 @@ def _short(exc: Exception) -> str:
         return "timed out"
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text[:120]}"
-
-
-def _hash_existing(part: Path) -> "hashlib._Hash":
-    digest = hashlib.sha256()
-    if part.exists():
-        with open(part, "rb") as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-    return digest
-
-
-class HashingWriter:
-    """Writes chunks to a file in the caller's thread while a second thread feeds them to sha256 (hashlib releases the
-    GIL on large buffers): verification overlaps the copy instead of adding to it. `digest` may carry the hash of
-    bytes already in the file (a resumed download)."""
-
-    _DONE = object()
-
-    def __init__(self, out, digest=None, depth: int = 16):
-        self.out, self.digest = out, digest or hashlib.sha256()
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.thread = threading.Thread(target=self._hash, daemon=True)
-        self.thread.start()
-
-    def _hash(self) -> None:
-        while (chunk := self.queue.get()) is not self._DONE:
-            self.digest.update(chunk)
-
-    def write(self, chunk: bytes) -> None:
-        self.queue.put(chunk)
-        self.out.write(chunk)
-
-    def close(self):
-        """Wait for the hash to catch up; returns the digest."""
-        self.queue.put(self._DONE)
-        self.thread.join()
-        return self.digest
-
-    def __enter__(self) -> "HashingWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.thread.is_alive():
-            self.close()
-
-
-def _finish(part: Path, digest, pointer: Pointer) -> None:
-    size = part.stat().st_size
-    if size != pointer.size or digest.hexdigest() != pointer.oid:
-        part.unlink(missing_ok=True)  # never resume from bytes that proved wrong
-        raise IntegrityError(
-            f"downloaded object has sha256 {digest.hexdigest()} and {size} bytes, expected {pointer.oid} and "
-            f"{pointer.size} bytes; the remote's copy is corrupt (nothing was cached)"
-        )
 
 
 class FileRemote(Remote):
@@ -186,7 +106,7 @@ class FileRemote(Remote):
                 done += len(chunk)
                 progress(done)
             digest = sink.close()
-        _finish(part, digest, pointer)
+        finish_part(part, digest, pointer)
         return 0
 
     def upload(self, path: Path, pointer: Pointer) -> bool:
@@ -281,7 +201,7 @@ class HttpRemote(Remote):
                 return self._stream(action, pointer, part, progress)
             except IntegrityError:
                 # Bytes resumed from an earlier partial download may be what is wrong, not the store's copy: start
-                # once from byte 0 before blaming the store (_finish has removed the partial file).
+                # once from byte 0 before blaming the store (finish_part has removed the partial file).
                 if not kept or restarted:
                     raise
                 restarted = True
@@ -312,7 +232,7 @@ class HttpRemote(Remote):
             if response.status_code >= 400:
                 raise RemoteError(f"download refused: HTTP {response.status_code}")
             if response.status_code == 206 and response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
-                mode, digest = "ab", _hash_existing(part)
+                mode, digest = "ab", hash_existing(part)
             else:  # server ignored the Range header: start over
                 mode, digest, offset = "wb", hashlib.sha256(), 0
             announced = response.headers.get("Content-Length", "")
@@ -336,7 +256,7 @@ class HttpRemote(Remote):
                             out.flush()
                             time.sleep(ahead)
                 digest = sink.close()
-        _finish(part, digest, pointer)
+        finish_part(part, digest, pointer)
         return offset
 
     def _verify_stored(self, pointer: Pointer) -> None:
