@@ -9,6 +9,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from pkgutil import resolve_name
 
 import pytest
 import torch
@@ -166,6 +167,11 @@ def test_each_kind_is_complete():
             assert kind.tool in TOOLS, f"{key}: no tool makes it from fp32"
         if kind.format == "onnx" and kind.made != "retraining":
             assert {"zoo.precision.weights", "zoo.quantization"} <= set(kind.metadata), key
+        if kind.training:  # made by a phase of its own: its hook and exporter resolve
+            assert kind.made == "training" and kind.in_recipe, key
+            assert callable(resolve_name(kind.training.hook)) and callable(resolve_name(kind.training.exporter)), key
+    # Training makes fp32 (the run itself) and the kinds that declare their phase; nothing else claims it.
+    assert {k for k, kind in KINDS.items() if kind.made == "training"} == {"fp32"} | {k for k in KINDS if KINDS[k].training}
 
 
 @pytest.fixture
