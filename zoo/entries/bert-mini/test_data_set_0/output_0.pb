@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:46499327d8d1de920b5d657a0560223db4054def9880b30a2af251253e414d8d
+oid sha256:9c67d9f605df24907c6fd36475cbeeadd47fb31d3843283d38dcdee043dbbe9e
 size 529
