@@ -108,6 +108,12 @@ def _keep_paragraphs(texts: set[str]) -> set[str]:
     return {t for t in texts if MIN_PARAGRAPH <= len(t) <= MAX_CHARS and sum(c.isalpha() for c in t) >= len(t) / 2}
 
 
+def _translated(raw, language: str) -> list[str]:
+    """`raw(language)`'s texts, sorted, without those a translation left in English (equal to one of `raw("en")`)."""
+    texts = raw(language)
+    return sorted(texts if language == "en" else texts - raw("en"))
+
+
 @cache
 def _libreoffice_raw(language: str) -> frozenset[str]:
     package, folder = LIBREOFFICE[language]
@@ -121,8 +127,7 @@ def _libreoffice_raw(language: str) -> frozenset[str]:
 
 def libreoffice_help(language: str) -> list[str]:
     """LibreOffice help paragraphs in `language`, those left in English by the translation dropped."""
-    texts = _libreoffice_raw(language)
-    return sorted(texts if language == "en" else texts - _libreoffice_raw("en"))
+    return _translated(_libreoffice_raw, language)
 
 
 @cache
@@ -139,8 +144,7 @@ def _gnome_raw(language: str) -> frozenset[str]:
 
 def gnome_help(language: str) -> list[str]:
     """GNOME user-guide paragraphs in `language`, those left in English by the translation dropped."""
-    texts = _gnome_raw(language)
-    return sorted(texts if language == "en" else texts - _gnome_raw("en"))
+    return _translated(_gnome_raw, language)
 
 
 @cache
@@ -161,8 +165,7 @@ def _messages_raw(language: str) -> frozenset[str]:
 
 def software_messages(language: str) -> list[str]:
     """Program messages (coreutils, the GNU C library, tar) in `language`, those left in English dropped."""
-    texts = _messages_raw(language)
-    return sorted(texts if language == "en" else texts - _messages_raw("en"))
+    return _translated(_messages_raw, language)
 
 
 def digest(text: str) -> str:
