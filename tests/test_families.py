@@ -103,7 +103,7 @@ def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
     recipe = yaml.safe_load((REPO / "recipes" / "minilm-l6.yaml").read_text())
     recipe.update(name="tiny-import", steps=8, model_args={"num_hidden_layers": 2, "hidden_size": 64,
                   "num_attention_heads": 2, "intermediate_size": 128, "pooling": "mean"}, tracking={"enabled": False})
-    recipe.pop("epochs")
+    recipe.pop("epochs", None)
     recipe["quantization"]["qat_steps"] = 3
     recipe["export"]["opsets"] = [17]
     (tmp_path / "tiny-import.yaml").write_text(yaml.safe_dump(recipe))
