@@ -10,6 +10,10 @@ profiler per operator type (batch 32, 1 thread): which operators still run in fl
 Writes benchmarks/results/latency.{json,md} and profiles.{json,md}; the docs show both.
 
     python benchmarks/latency.py [--runs 30] [--threads 1 2] [NAME ...]
+
+With names, only those entries are measured and the committed reports keep the other entries' rows, provided they were
+measured on this CPU (model and flags) with these library versions and settings; otherwise it refuses, and every entry
+is re-measured by running it without names. Each entry records the date it was measured.
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ def main() -> None:
                      "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "entries": {}}
     profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "libraries": results["libraries"], "date": results["date"],
                       "entries": {}}
+    out = ROOT / "benchmarks" / "results"
+    if args.names:
+        results, profiles = kept(out, results, profiles)
     with tempfile.TemporaryDirectory(prefix="zoo-latency-") as tmp:
         for name in args.names or list(catalog.entries()):
             card = catalog.get_card(name)
@@ -78,7 +85,7 @@ def main() -> None:
             x = load_dataset(card.dataset.name).test.x.numpy()
             measured = {t: timings(paths, x, SPEED_BATCHES, t, args.runs) for t in args.threads}
             accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths}
-            results["entries"][name] = {"family": card.family, "accuracy": accuracy,
+            results["entries"][name] = {"family": card.family, "date": results["date"], "accuracy": accuracy,
                                         "sha256": {k: sha for k, (_, sha) in named.items()}, "threads": {
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
                          for k, m in per.items()} for t, per in measured.items()}}
@@ -86,7 +93,6 @@ def main() -> None:
                 profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p),
                                                  "sha256": named[k][1]} for k, p in paths.items()}
             print(f"measured {name}", file=sys.stderr)
-    out = ROOT / "benchmarks" / "results"
     atomic_write_text(out / "latency.json", json.dumps(results, indent=2) + "\n")
     atomic_write_text(out / "profiles.json", json.dumps(profiles, indent=2) + "\n")
     latency_md = report(results, label, profiles)
@@ -94,6 +100,23 @@ def main() -> None:
     atomic_write_text(out / "latency.md", latency_md)
     atomic_write_text(out / "profiles.md", profiles_md)
     print(latency_md + "\n" + profiles_md)
+
+
+def kept(out: Path, results: dict, profiles: dict) -> tuple[dict, dict]:
+    """The committed reports' rows, to be updated entry by entry: only when they were measured as this run measures
+    (the same CPU model and flags, library versions, runs and batches), so one report never mixes machines."""
+    old_results = json.loads((out / "latency.json").read_text())
+    old_profiles = json.loads((out / "profiles.json").read_text())
+    same = ("cpu", "libraries", "runs", "batches")
+    differs = [k for k in same if old_results.get(k) != results[k]]
+    if differs:
+        raise SystemExit(f"error: latency.json was measured with other {', '.join(differs)} "
+                         f"({old_results.get('cpu', {}).get('model')}, {old_results.get('date')}): run "
+                         "`python benchmarks/latency.py` without names to measure every entry on this machine")
+    for name, entry in old_results["entries"].items():
+        entry.setdefault("date", old_results["date"])
+    return ({**results, "date": results["date"], "entries": old_results["entries"]},
+            {**profiles, "entries": old_profiles["entries"]})
 
 
 def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
@@ -104,7 +127,8 @@ def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
 
 def report(results: dict, label: str, profiles: dict) -> str:
     lines = ["# onnxruntime latency, every variant side by side", "",
-             f"Measured on {label} on {results.get('date', 'an unrecorded date')} with "
+             f"Measured on {label} on {results.get('date', 'an unrecorded date')} (each entry's own date in its "
+             "heading) with "
              + ", ".join(f"{k} {v}" for k, v in results.get("libraries", {}).items())
              + f"; each file is named by its sha256 (the card's). Median and p90 of {results['runs']} runs after a "
              "warm-up, files interleaved round by "
@@ -113,7 +137,8 @@ def report(results: dict, label: str, profiles: dict) -> str:
     goal_rows = []
     for name, entry in results["entries"].items():
         for threads, per in entry["threads"].items():
-            lines += [f"## {name}, {threads} {'thread' if threads == '1' else 'threads'}", "",
+            lines += [f"## {name}, {threads} {'thread' if threads == '1' else 'threads'} ({entry.get('date', results['date'])})",
+                      "",
                       "| variant | sha256 | accuracy | b1 median (ms) | b1 p90 | b1 speed | b32 median (ms) | b32 p90 | "
                       "b32 speed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for key, timing in per.items():

@@ -74,6 +74,23 @@ def _imports(path: Path) -> list[tuple[ast.AST, list[str]]]:
     return found
 
 
+def _import_time_imports(path: Path) -> set[tuple[int, int]]:
+    """(line, column) of the import statements that run when the module is imported: at the top level, or inside a top-level
+    `with` (e.g. `zoo.logs.quiet` around a noisy library's import), `try` or `if`; not inside a function or class."""
+    found: set[tuple[int, int]] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.add((node.lineno, node.col_offset))
+            elif isinstance(node, (ast.With, ast.If, ast.Try)):
+                visit(node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+                      + [s for h in getattr(node, "handlers", []) for s in h.body])
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
 
@@ -127,8 +144,9 @@ def test_imports_are_at_the_top_except_documented_lazy_ones():
     offenders = []
     for name, path in _modules().items():
         lines = path.read_text().splitlines()
+        at_import = _import_time_imports(path)
         for node, imported in _imports(path):
-            if node.col_offset == 0:
+            if (node.lineno, node.col_offset) in at_import:
                 continue
             allowed = (name in LIGHT_ENTRY_POINTS or name.startswith("zoo.cli.")
                        or any(m.split(".")[0] in OPTIONAL for m in imported)
@@ -137,6 +155,25 @@ def test_imports_are_at_the_top_except_documented_lazy_ones():
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not offenders, "function-local imports (top of the module, or an optional dependency with a "\
                           "`# lazy: why` comment):\n" + "\n".join(offenders)
+
+
+def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothing():
+    """No behaviour at import time: `import zoo` (and the CLI, fetch) change no logger; the modules that import the
+    libraries noisy while imported (torchao, transformers) do it under zoo.logs.quiet, which restores the levels."""
+    from zoo.logs import NOISY_IMPORTS
+
+    names = ("", *NOISY_IMPORTS)
+    probe = ("import logging\n"
+             f"names = {names!r}\n"
+             "levels = lambda: [logging.getLogger(n).level for n in names]\n"
+             "before = levels()\n"
+             "import zoo, zoo.cli, zoo.store.fetch\n"
+             "assert levels() == before, ('import zoo', before, levels())\n"
+             "import zoo.train.qat, zoo.importer\n"
+             "assert levels() == before, ('import zoo.train.qat, zoo.importer', before, levels())\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == "", f"importing the zoo printed: {result.stderr[-2000:]}"
 
 
 def test_stages_do_not_branch_on_kind_names_or_formats():

@@ -20,6 +20,7 @@ from zoo.errors import ZooError
 from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
 from zoo.store.verified_writes import HashingWriter
 from zoo.train.schedule import BatchPlan, Phase, lr_at
+from zoo.variants.checks import Row, summary_line
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
@@ -225,3 +226,13 @@ def test_variants_slower_than_fp32_are_explained_once_per_reason():
         assert sorted(named) == sorted(slow), (name, said)
         assert len({why for _, why in said}) == len(said)
         assert not any(word in why for _, why in said for word in ("GRU", "attention")), said
+
+
+def test_a_validation_summary_counts_planned_entries_apart_from_checks():
+    """A planned entry (nothing built) is neither a pass nor a skip: the one summary wording says so apart."""
+    rows = [Row("a", "fp32", "accuracy", True), Row("a", "int8-qat", "accuracy", False),
+            Row("b", "*", "obtain", True, skipped=True), Row("c", "*", "built", True, planned=True)]
+    assert [r.verdict for r in rows] == ["pass", "FAIL", "skip", "planned"]
+    assert summary_line(rows, 2.4) == ("1 check passed, 1 failed, 1 skipped (1 planned entry not built: nothing to "
+                                       "measure), in 2 s.")
+    assert summary_line(rows[:1], 1.0) == "1 check passed, 0 failed, 0 skipped, in 1 s."

@@ -57,11 +57,7 @@ class _OnnxruntimeWithoutOrtmodule(importlib.abc.MetaPathFinder):
 if "onnxruntime" not in sys.modules:
     sys.meta_path.insert(0, _OnnxruntimeWithoutOrtmodule())
 
-from zoo.logs import quiet_imports  # noqa: E402  (after the import hook above)
-
-quiet_imports()
-
-from zoo.catalog import get_card, get_entry, list_models  # noqa: E402
+from zoo.catalog import get_card, get_entry, list_models  # noqa: E402  (after the import hook above)
 from zoo.errors import ZooError  # noqa: E402
 
 __all__ = ["fetch", "get_card", "get_entry", "list_models", "ZooError"]

@@ -22,15 +22,18 @@ import torch
 from huggingface_hub import constants, snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors.torch import load_file
-from transformers import BertModel as UpstreamBert
 
 from zoo.config import zoo_home
 from zoo.data import load_dataset
 from zoo.errors import ZooError
+from zoo.logs import NOISY_IMPORTS, quiet
 from zoo.evaluate import predict
 from zoo.fsutil import atomic_write_bytes
 from zoo.export import export_fp32
 from zoo.models.bert import BertConfig, BertModel
+
+with quiet(*NOISY_IMPORTS):  # transformers imports torchao, which warns while imported
+    from transformers import BertModel as UpstreamBert
 
 PARITY_ATOL = 1e-4
 

@@ -1,5 +1,6 @@
-"""Libraries' log noise, held down in one place: around the zoo's calls into them (`quiet`), and for the few that
-are noisy while they are imported, before anything imports them (`quiet_imports`, run by `import zoo`)."""
+"""Libraries' log noise, held down in one place: around the zoo's calls into them (`quiet`), including the import
+statements of the few that are noisy while imported (`with quiet(*NOISY_IMPORTS): import ...`). Importing the zoo
+changes no logger."""
 
 from __future__ import annotations
 
@@ -21,13 +22,7 @@ def quiet(*names: str, level: int = logging.ERROR):
             logger.setLevel(old)
 
 
-# Noisy while imported, wherever that happens (torchao is imported by the QAT code and by transformers): warnings about
-# CUDA kernels a CPU build lacks and torch's own enum registrations, none of them actionable.
+# Noisy while imported (torchao, imported by the QAT code and by transformers in the importer): warnings about CUDA
+# kernels a CPU build lacks and torch's own enum registrations, none of them actionable. The modules that import them
+# do so under `quiet(*NOISY_IMPORTS)`, which restores the levels after.
 NOISY_IMPORTS = ("torchao", "torchao.kernel.intmm", "torch.utils._pytree")
-
-
-def quiet_imports() -> None:
-    """Raise NOISY_IMPORTS' loggers to ERROR for the process (their warnings come while they are imported, which no
-    call of the zoo's surrounds)."""
-    for name in NOISY_IMPORTS:
-        logging.getLogger(name).setLevel(logging.ERROR)

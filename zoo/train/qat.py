@@ -13,17 +13,21 @@ import gc
 import warnings
 
 import torch
-from torchao.quantization.pt2e import (
-    allow_exported_model_train_eval,
-    move_exported_model_to_eval,
-    move_exported_model_to_train,
-)
-from torchao.quantization.pt2e.fake_quantize import FusedMovingAvgObsFakeQuantize
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
-from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
-    X86InductorQuantizer,
-    get_default_x86_inductor_quantization_config,
-)
+
+from zoo.logs import NOISY_IMPORTS, quiet
+
+with quiet(*NOISY_IMPORTS):  # torchao warns while imported (CUDA kernels a CPU build lacks)
+    from torchao.quantization.pt2e import (
+        allow_exported_model_train_eval,
+        move_exported_model_to_eval,
+        move_exported_model_to_train,
+    )
+    from torchao.quantization.pt2e.fake_quantize import FusedMovingAvgObsFakeQuantize
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
 
 from zoo.train.parallel import qat_strategy
 from zoo.train.schedule import Phase

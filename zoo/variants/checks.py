@@ -41,21 +41,28 @@ class Row:
     card: float | None = None
     detail: str = ""
     skipped: bool = False  # not measured this run (said so in the report), never silently
+    planned: bool = False  # an entry with nothing built yet: no check ran, none was left out (not a pass, not a skip)
 
     @property
     def verdict(self) -> str:
-        return "skip" if self.skipped else "pass" if self.ok else "FAIL"
+        return "planned" if self.planned else "skip" if self.skipped else "pass" if self.ok else "FAIL"
 
     @property
     def delta(self) -> float | None:
         return None if self.measured is None or self.card is None else self.measured - self.card
 
 
-def summary_line(outcomes: list[tuple[bool, bool]], seconds: float) -> str:
-    """The one wording of a validation run's outcome (its report, the docs); `outcomes`: (ok, skipped) per check."""
-    skipped = sum(bool(s) for _, s in outcomes)  # as Row.verdict: a skipped check is neither passed nor failed
-    failed = sum(not ok and not s for ok, s in outcomes)
-    return f"{plural(len(outcomes) - failed - skipped, 'check')} passed, {failed} failed, {skipped} skipped, in {seconds:.0f} s."
+def summary_line(rows: list[Row], seconds: float) -> str:
+    """The one wording of a validation run's outcome (its report, the docs). As Row.verdict: a skipped check is neither
+    passed nor failed, and a planned entry (nothing built) is no check at all, counted apart."""
+    planned = sum(r.planned for r in rows)
+    checks = [r for r in rows if not r.planned]
+    skipped = sum(r.skipped for r in checks)
+    failed = sum(not r.ok and not r.skipped for r in checks)
+    line = f"{plural(len(checks) - failed - skipped, 'check')} passed, {failed} failed, {skipped} skipped"
+    if planned:
+        line += f" ({planned} planned {'entry' if planned == 1 else 'entries'} not built: nothing to measure)"
+    return f"{line}, in {seconds:.0f} s."
 
 
 def load_test_sets(folder: Path) -> list[tuple[np.ndarray, np.ndarray]]:
