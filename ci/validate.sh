@@ -13,9 +13,10 @@ start=$(date +%s)
 # (ZOO_REBUILD_BUDGET=none) rebuilds everything. With a published store nothing is rebuilt at all.
 budget=${ZOO_REBUILD_BUDGET:-300}
 # Entries whose recipe builds in a few minutes are also rebuilt from scratch when a store had them (reproducibility).
+# Two entries at a time, a process each (every onnxruntime session runs one thread): both CPUs busy (ZOO_VALIDATE_JOBS).
 report=${ZOO_VALIDATION_REPORT:-build/validation/validation.md}
 mkdir -p "$(dirname "$report")"
-args=(--all --report "$report" --reproduce-budget "${ZOO_REPRODUCE_BUDGET:-120}")
+args=(--all --report "$report" --reproduce-budget "${ZOO_REPRODUCE_BUDGET:-120}" --jobs "${ZOO_VALIDATE_JOBS:-2}")
 [ "$budget" = none ] || args+=(--rebuild-budget "$budget")
 .venv/bin/zoo validate "${args[@]}"
 echo "validation wall time: $(( $(date +%s) - start )) s"

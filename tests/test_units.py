@@ -236,3 +236,15 @@ def test_a_validation_summary_counts_planned_entries_apart_from_checks():
     assert summary_line(rows, 2.4) == ("1 check passed, 1 failed, 1 skipped (1 planned entry not built: nothing to "
                                        "measure), in 2 s.")
     assert summary_line(rows[:1], 1.0) == "1 check passed, 0 failed, 0 skipped, in 1 s."
+
+
+def test_a_rebuild_budget_is_spent_once():
+    """The run's rebuild budget (shared by the processes of `zoo validate --jobs`): a rebuild takes its seconds out
+    before it starts, one that does not fit is refused and spends nothing; None has no limit."""
+    from zoo.validate import RebuildBudget
+
+    budget = RebuildBudget(100.0)
+    assert budget.take(60.0) and not budget.take(60.0) and budget.left == 40.0 and budget.take(40.0)
+    assert budget.left == 0.0 and budget.take(0.0) and not budget.take(0.5)
+    unlimited = RebuildBudget(None)
+    assert unlimited.take(1e9) and unlimited.left == float("inf")

@@ -253,3 +253,20 @@ def test_a_failing_run_names_a_failing_row_with_full_hashes(published, tmp_path)
     assert "matches the cards" not in summary  # a failing row is named, never a passing one
     sha = next(r for r in failed if r["variant"] == "fp16" and r["check"] == "sha256")
     assert real in sha["detail"] and "f" * 64 in sha["detail"]  # both hashes whole
+
+
+def test_entries_validated_side_by_side_report_as_one_run(tmp_path):
+    """`zoo validate --jobs 2` (what CI runs): each entry in a process of its own, from the repository's store, the rows
+    in the same order as one process gives them (cheapest entry first, the planned one last and counted apart)."""
+    env = {"ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": ""}
+    result = zoo_cli("validate", "digits-cnn", "bert-base", "--jobs", "2", "--json", env=env, timeout=600, ranks=True)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = json.loads(result.stdout)["rows"]
+    entries = [r["entry"] for r in rows]
+    assert entries[0] == "*" and entries[-1] == "bert-base" and set(entries[1:-1]) == {"digits-cnn"}
+    assert rows[-1]["verdict"] == "planned" and not rows[-1]["skipped"]
+    checks = {(r["variant"], r["check"]) for r in rows if r["entry"] == "digits-cnn"}
+    for variant in catalog.get_card("digits-cnn").variants:
+        assert (variant, "sha256") in checks, variant
+    assert all(r["ok"] for r in rows) and not any(r["verdict"] == "skip" for r in rows)
+    assert "[digits-cnn] validating" in result.stderr and "[bert-base] validating" in result.stderr

@@ -11,12 +11,14 @@ This module obtains, orchestrates and reports; `zoo evaluate` is its one-variant
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -54,8 +56,31 @@ def _derivation(card: ModelCard, rel: Path):
     return None
 
 
+class RebuildBudget:
+    """Seconds of rebuilding left for the whole validation run, shared by the processes that validate entries side
+    by side: a rebuild takes its card's build time out before it starts, so two processes never spend the same
+    seconds. `None`: no limit."""
+
+    def __init__(self, seconds: float | None, context=None):
+        self.unlimited = seconds is None
+        self._left = (context or multiprocessing).Value("d", 0.0 if seconds is None else float(seconds))
+
+    @property
+    def left(self) -> float:
+        return float("inf") if self.unlimited else self._left.value
+
+    def take(self, seconds: float) -> bool:
+        if self.unlimited:
+            return True
+        with self._left.get_lock():
+            if seconds > self._left.value:
+                return False
+            self._left.value -= seconds
+            return True
+
+
 def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
-            rebuild_budget: float | None = None) -> tuple[Path, ModelCard, str] | None:
+            rebuild_budget: RebuildBudget | None = None) -> tuple[Path, ModelCard, str] | None:
     """A folder holding the entry's real files, the card describing them, and where they came from. Primaries and
     test data come from the stores; derived files a store lacks are made from fp32 and must match the card."""
     folder = scratch / entry.name
@@ -85,9 +110,9 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
             rows.append(Row(entry.name, "*", "obtain", False, detail=f"not in any store and cannot be rebuilt here: {exc}"))
             return None
         cost = training.build_time_s or 0.0
-        if rebuild_budget is not None and cost > rebuild_budget:
+        if rebuild_budget is not None and not rebuild_budget.take(cost):
             rows.append(Row(entry.name, "*", "obtain", True, skipped=True,
-                            detail=f"no store has it and its rebuild takes ~{cost:.0f} s (> the {rebuild_budget:.0f} s "
+                            detail=f"no store has it and its rebuild takes ~{cost:.0f} s (> the {rebuild_budget.left:.0f} s "
                                    "left of the run's rebuild budget): "
                                    "validated by `make validate-full` or against a published store"))
             return None
@@ -180,8 +205,10 @@ def _reproduce(entry: Entry, scratch: Path, log) -> list[Row]:
     return rows
 
 
-def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float | None = None,
+def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float | RebuildBudget | None = None,
                    reproduce_budget: float = 0.0) -> list[Row]:
+    if rebuild_budget is not None and not isinstance(rebuild_budget, RebuildBudget):
+        rebuild_budget = RebuildBudget(rebuild_budget)
     rows: list[Row] = []
     card = entry.card
     built = {k: v for k, v in card.variants.items() if v.built}
@@ -238,7 +265,10 @@ def evaluate_variant(name: str, variant: str = "fp32", split: str = "test", show
 
 
 def validate(names: list[str] | None = None, log=print, rebuild_budget: float | None = None,
-             reproduce_budget: float = 0.0) -> tuple[list[Row], float]:
+             reproduce_budget: float = 0.0, jobs: int = 1) -> tuple[list[Row], float]:
+    """Validate the entries (default: all). `jobs` > 1 validates that many entries side by side, each in a process of
+    its own (every onnxruntime session runs one thread, so a 2-core machine measures two entries at once); the rows
+    come back in the same order either way, and the rebuild budget is shared."""
     started = time.perf_counter()
     catalog.reload()
     targets = names or catalog.list_models()
@@ -253,16 +283,39 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
     targets = [n for n in targets if n not in catalog.broken()]
     # The rebuild budget is for the whole run: cheapest entries first, each rebuild spends its card's build time.
     targets = sorted(targets, key=lambda n: catalog.get_card(n).training.build_time_s or float("inf"))
-    remaining = rebuild_budget
     with tempfile.TemporaryDirectory(prefix="zoo-validate-") as tmp:
-        for name in targets:
-            entry = catalog.get_entry(name)
-            log(f"[{name}] validating")
-            entry_rows = validate_entry(entry, Path(tmp), log, remaining, reproduce_budget)
-            if remaining is not None and any(r.check == "obtain" and "rebuilt" in r.detail for r in entry_rows):
-                remaining -= entry.card.training.build_time_s or 0.0
-            rows += entry_rows
+        if jobs <= 1 or len(targets) <= 1:
+            budget = RebuildBudget(rebuild_budget)
+            for name in targets:
+                rows += _validate_named(name, Path(tmp), budget, reproduce_budget, log)
+        else:
+            # spawn, not fork: the parent has torch's and onnxruntime's thread pools, which a forked child inherits broken.
+            context = multiprocessing.get_context("spawn")
+            budget = RebuildBudget(rebuild_budget, context)
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(budget,)) as pool:
+                done = [pool.submit(_validate_named, name, Path(tmp), None, reproduce_budget) for name in targets]
+                for future in done:
+                    rows += future.result()
     return rows, time.perf_counter() - started
+
+
+_WORKER_BUDGET: RebuildBudget | None = None
+
+
+def _worker_init(budget: RebuildBudget) -> None:
+    global _WORKER_BUDGET
+    _WORKER_BUDGET = budget
+
+
+def _print_err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _validate_named(name: str, scratch: Path, budget: RebuildBudget | None, reproduce_budget: float,
+                    log=_print_err) -> list[Row]:
+    entry = catalog.get_entry(name)
+    log(f"[{name}] validating")
+    return validate_entry(entry, scratch, log, budget or _WORKER_BUDGET, reproduce_budget)
 
 
 def markdown_report(rows: list[Row], seconds: float) -> str:

@@ -2,4 +2,5 @@
 
 from zoo.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned worker process (zoo validate --jobs) imports the parent's main module
+    main()

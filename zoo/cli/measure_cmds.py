@@ -47,14 +47,16 @@ def validate(names: list[str] = typer.Argument(None, help="Entries (default: all
                                                             "build times, cheapest entry first) for entries no store has; "
                                                             "the rest are skipped and reported."),
              reproduce_budget: float = typer.Option(0.0, help="Also rebuild from scratch (recipe reproducibility) "
-                                                    "entries a store had, when their build takes at most this long.")) -> None:
+                                                    "entries a store had, when their build takes at most this long."),
+             jobs: int = typer.Option(1, min=1, help="Entries validated side by side, one process each (each "
+                                      "onnxruntime session uses one thread).")) -> None:
     """Re-measure every variant of every entry against its card.
 
     The exit is non-zero on any failure."""
     from zoo.validate import markdown_report, rows_json, validate as run_validation  # lazy: torch + onnxruntime (~5 s)
 
     rows, seconds = run_validation(None if all_entries else names or None, log=lambda m: err.print(m, markup=False),
-                                   rebuild_budget=rebuild_budget, reproduce_budget=reproduce_budget)
+                                   rebuild_budget=rebuild_budget, reproduce_budget=reproduce_budget, jobs=jobs)
     if report is not None:  # markdown for people and the docs, JSON beside it for the docs generator
         atomic_write_text(report, markdown_report(rows, seconds))
         atomic_write_text(report.with_suffix(".json"), rows_json(rows, seconds) + "\n")
