@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
-from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, kernel_counts, op_profile, timings  # noqa: E402
+from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, timings  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.provenance import cpu_info, current_versions  # noqa: E402
+from zoo.provenance import cpu_info, current_versions, int8_peak  # noqa: E402
 from zoo.bench import FUSED, files  # noqa: E402
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
@@ -159,13 +159,21 @@ def report(results: dict, label: str, profiles: dict) -> str:
                     goal_rows.append((name, threads, b, base, speed, vs_ptq))
     drops = {n: (e["accuracy"]["fp32"] - e["accuracy"]["int8-qat"]) for n, e in results["entries"].items()
              if e["family"] == "bert" and e["accuracy"].get("int8-qat") is not None}
+    peak, instructions = int8_peak(results["cpu"]["flags"])
+    bounds = {name: int8_bound(p[FUSED]["per_op_us"], peak) for name, p in profiles["entries"].items() if FUSED in p}
     lines += ["## Goal: BERT int8-qat at least 2.0x the faster fp32, at least as fast as int8-ptq, within 0.5 points",
-              "", "| entry | threads | batch | faster fp32 | int8-qat speed | vs goal | int8-qat / int8-ptq speed | "
-              "accuracy drop (points) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "", f"This CPU's int8 peak is **{peak:.2f}x** fp32's multiply-accumulate throughput ({instructions}). "
+              "The bound is the most int8 could gain over the fused fp32 file if every matrix product ran at that "
+              "peak and every other operator as in fp32 (Amdahl's law over its profile, batch 32, 1 thread: "
+              "profiles.md); the last column is the share of that bound int8-qat reaches.", "",
+              "| entry | threads | batch | faster fp32 | int8-qat speed | vs goal | int8-qat / int8-ptq speed | "
+              "accuracy drop (points) | bound | of bound |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, threads, b, base, speed, vs_ptq in goal_rows:
         gap = "met" if speed >= GOAL else f"short by {GOAL - speed:.2f}x"
+        bound = bounds.get(name)
         lines.append(f"| {name} | {threads} | {b} | {base} | {speed:.2f}x | {gap} | "
-                     f"{'-' if vs_ptq is None else f'{vs_ptq:.2f}x'} | {drops.get(name, 0) * 100:+.2f} |")
+                     f"{'-' if vs_ptq is None else f'{vs_ptq:.2f}x'} | {drops.get(name, 0) * 100:+.2f} | "
+                     + ("- | - |" if bound is None else f"{bound:.2f}x | {speed / bound:.0%} |"))
     missed = [r for r in goal_rows if r[4] < GOAL]
     lines += ["", f"{len(goal_rows) - len(missed)} of {len(goal_rows)} cells meet the 2.0x goal"
               + (f"; accuracy drops within {MAX_DROP * 100:.1f} points: "

@@ -251,5 +251,7 @@ def test_bench_times_the_cards_files_on_this_machine():
     assert report["libraries"]["onnxruntime"] and report["date"]
     shown = zoo_cli("bench", "digits-cnn", "--variant", "int8-qat", "--runs", "2", check=True).stdout
     assert "int8-qat" in shown and card.variants["int8-qat"].sha256[:12] in shown and "1 thread" in shown
+    from zoo.provenance import int8_peak  # the CPU's int8 ceiling, with the instructions behind it
+    assert report["int8_peak"]["ratio"] == int8_peak()[0] and f"at most {int8_peak()[0]:.2f}x" in " ".join(shown.split())
     bad = zoo_cli("bench", "digits-cnn", "--variant", "ort-training")
     assert bad.returncode == 1 and "no built ONNX variant ort-training" in bad.stderr and "Traceback" not in bad.stderr

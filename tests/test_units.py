@@ -248,3 +248,26 @@ def test_a_rebuild_budget_is_spent_once():
     assert budget.left == 0.0 and budget.take(0.0) and not budget.take(0.5)
     unlimited = RebuildBudget(None)
     assert unlimited.take(1e9) and unlimited.left == float("inf")
+
+
+def test_int8_peak_follows_the_best_int8_instructions_the_cpu_has():
+    """The int8:fp32 multiply-accumulate ratio of the kernels onnxruntime runs, by the best instructions present."""
+    from zoo.provenance import int8_peak
+
+    avx2 = ["sse4_2", "avx", "avx2", "fma"]
+    assert int8_peak(avx2)[0] == pytest.approx(4 / 3) and "VPMADDUBSW" in int8_peak(avx2)[1]
+    assert int8_peak([*avx2, "avx512f", "avx512bw"])[0] == pytest.approx(4 / 3)
+    assert int8_peak([*avx2, "avx512f", "avx512bw", "avx512_vnni"])[0] == 4.0
+    assert int8_peak([*avx2, "avx_vnni"])[0] == 4.0
+    assert int8_peak([*avx2, "avx512bw", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16"])[0] == 32.0
+    assert int8_peak([*avx2, "avx512bw", "avx512_vnni", "amx_tile", "amx_bf16"])[0] == 4.0  # AMX without its int8 unit
+    assert int8_peak(["sse4_2"])[0] == pytest.approx(8 / 3)
+
+
+def test_int8_bound_is_amdahls_law_over_the_matrix_products():
+    """Only the matrix products speed up: 80% of the time in them at a 4x peak gives 1 / (0.2 + 0.2) = 2.5x."""
+    from zoo.evaluate import int8_bound
+
+    profile = {"MatMul": 50.0, "Attention": 30.0, "BiasGelu": 15.0, "SkipLayerNormalization": 5.0}
+    assert int8_bound(profile, 4.0) == pytest.approx(2.5)
+    assert int8_bound(profile, 1.0) == pytest.approx(1.0) and int8_bound({"Add": 1.0}, 32.0) == pytest.approx(1.0)

@@ -20,7 +20,7 @@ from zoo.errors import ZooError
 from zoo.evaluate import timings
 from zoo.ort_quantize import optimize_transformer
 from zoo.models import model_spec
-from zoo.provenance import cpu_info, current_versions
+from zoo.provenance import cpu_info, current_versions, int8_peak
 from zoo.store.fetch import fetch
 
 FUSED = "fp32-fused"
@@ -69,6 +69,8 @@ def bench(name: str, variants: list[str] | None = None, threads: int = 1, batche
             row.median_ms[batch], row.p90_ms[batch] = measured[key][batch]
             row.speed[batch] = best / measured[key][batch][0]
         rows.append(row)
-    return {"entry": name, "cpu": cpu_info(), "threads": threads, "runs": runs, "batches": list(batches),
+    peak, instructions = int8_peak()
+    return {"entry": name, "cpu": cpu_info(), "int8_peak": {"ratio": peak, "instructions": instructions},
+            "threads": threads, "runs": runs, "batches": list(batches),
             "libraries": current_versions(), "python": platform.python_version(),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "files": rows}

@@ -54,6 +54,9 @@ def kernel_types(path: Path) -> set[str]:
     return set(kernel_counts(path))
 
 
+# The operators of a fused fp32 transformer graph that are matrix products (Attention counted whole: its projections
+# and score products are, its softmax is not, so a bound computed with it is an upper bound).
+MATRIX_PRODUCTS = {"MatMul", "Gemm", "FusedMatMul", "Attention"}
 INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul",
                 "MatMulIntegerToFloat", "QAttention"}
 
@@ -111,3 +114,11 @@ def op_profile(path: Path, x: np.ndarray, threads: int = 1, runs: int = 20) -> d
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= start:
             per_op[event["args"]["op_name"]] += event["dur"]
     return {op: us / runs for op, us in per_op.most_common()}
+
+
+def int8_bound(fp32_profile: dict[str, float], peak: float) -> float:
+    """Amdahl's law over an fp32 file's per-operator profile: how much faster than it an int8 file could be if every
+    matrix product ran `peak` times faster and everything else as in fp32."""
+    total = sum(fp32_profile.values())
+    products = sum(us for op, us in fp32_profile.items() if op in MATRIX_PRODUCTS) / total if total else 0.0
+    return 1.0 / ((1.0 - products) + products / peak)

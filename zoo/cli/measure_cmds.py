@@ -105,6 +105,8 @@ def bench(name: str,
                                                              f"{r.speed[b]:.2f}x"))] for r in report["files"]]
     out.print(fitted_table(columns, rows))
     say("speed: the faster fp32's median over the variant's (above 1x: faster); accuracy: the card's")
+    peak = report["int8_peak"]
+    say(f"int8 can be at most {peak['ratio']:.2f}x fp32 in the matrix products on this CPU: {peak['instructions']}")
 
 
 @app.command()
