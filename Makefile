@@ -1,5 +1,6 @@
 # `make setup` installs everything the zoo needs (idempotent: a stamp skips it when nothing changed);
-# `make test` runs the whole test suite; `make quickstart` trains, exports, fetches and evaluates a model.
+# `make test` runs the whole test suite; `make quickstart` trains, exports, fetches and evaluates a model, then
+# classifies texts with a published BERT entry.
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -63,11 +64,14 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 
 # The main job on an embedded default: train digits-cnn quantization-aware under torchrun (2 processes,
 # gloo on CPU), then get the catalog entry (fetched from the configured LFS stores, or built from its recipe at the
-# card's commit when no store has it, verified like a download) and measure it with onnxruntime.
+# card's commit when no store has it, verified like a download) and measure it with onnxruntime; then a published
+# BERT entry (bert-tiny, from store/) classifies texts in four languages.
 quickstart: setup
 	$(BIN)/torchrun --standalone --nproc_per_node 2 launchers/ddp.py --recipe qat-int8 --output-dir runs/quickstart
 	$(BIN)/zoo fetch digits-cnn --variant int8-qat --build
 	$(BIN)/zoo evaluate digits-cnn --variant fp32 --variant int8-qat
+	$(BIN)/zoo predict bert-tiny --variant int8-qat "Der Hund schläft im Garten." "El perro duerme en el jardín." \
+	  "Кошка спит на диване." "The dog sleeps in the garden."
 
 # The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.

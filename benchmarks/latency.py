@@ -26,6 +26,8 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -35,11 +37,12 @@ from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, timings  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info, current_versions, int8_peak  # noqa: E402
-from zoo.bench import FUSED, files  # noqa: E402
+from zoo.bench import FUSED, TORCH_AO_DYNAMIC, TORCH_EAGER, files, torch_runners  # noqa: E402
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
 MAX_DROP = 0.005  # ... losing at most half a point of accuracy
 QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+TORCH_ROWS = (TORCH_EAGER, TORCH_AO_DYNAMIC)
 
 
 def share(profile: dict[str, float], ops: set[str]) -> float:
@@ -82,9 +85,17 @@ def main() -> None:
                 print(f"skip {name}: {exc}", file=sys.stderr)
                 continue
             paths = {k: path for k, (path, _) in named.items()}
-            x = load_dataset(card.dataset.name).test.x.numpy()
-            measured = {t: timings(paths, x, SPEED_BATCHES, t, args.runs) for t in args.threads}
-            accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths}
+            test = load_dataset(card.dataset.name).test
+            x = test.x.numpy()
+            # What a user would run instead, in the same rounds: the fp32 weights in PyTorch, eager and torch.ao int8.
+            alternatives = torch_runners(name, paths["fp32"], x, test.y.numpy()) if FUSED in paths else {}
+            measured = {}
+            for t in args.threads:
+                torch.set_num_threads(t)
+                measured[t] = timings({**paths, **{k: run for k, (run, _) in alternatives.items()}}, x, SPEED_BATCHES,
+                                      t, args.runs)
+            accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths} | {
+                k: acc for k, (_, acc) in alternatives.items()}
             results["entries"][name] = {"family": card.family, "date": results["date"], "accuracy": accuracy,
                                         "sha256": {k: sha for k, (_, sha) in named.items()}, "threads": {
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
@@ -148,7 +159,8 @@ def report(results: dict, label: str, profiles: dict) -> str:
                     cells += [f"{timing[b]['median_ms']:.3f}", f"{timing[b]['p90_ms']:.3f}",
                               f"{best / timing[b]['median_ms']:.2f}x"]
                 acc = entry["accuracy"][key]
-                sha = entry.get("sha256", {}).get(key) or "(made from fp32 here)"
+                sha = entry.get("sha256", {}).get(key) or ("(PyTorch, the fp32 file's weights)" if key in TORCH_ROWS
+                                                            else "(made from fp32 here)")
                 lines.append(f"| {key} | `{sha[:12]}` | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
             lines.append("")
             if entry["family"] == "bert" and "int8-qat" in per:
@@ -191,7 +203,32 @@ def report(results: dict, label: str, profiles: dict) -> str:
                      "worker share the cores with everything else, and batch-1 runs are dominated by thread hand-offs "
                      "(see the p90 columns).")
     lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + against_pytorch(results))
+
+
+def against_pytorch(results: dict) -> list[str]:
+    """The zoo's int8-qat file next to what a user would run instead, timed in the same rounds: the fp32 weights in
+    PyTorch eager and after torch.ao's dynamic int8 (entries measured before these rows existed have none)."""
+    rows = []
+    for name, entry in results["entries"].items():
+        for threads, per in entry["threads"].items():
+            if TORCH_AO_DYNAMIC in per and "int8-qat" in per:
+                for b in ("1", "32"):
+                    ms = {k: per[k][b]["median_ms"] for k in (TORCH_EAGER, TORCH_AO_DYNAMIC, "int8-qat")}
+                    acc = entry["accuracy"]
+                    rows.append(f"| {name} | {threads} | {b} | {ms[TORCH_EAGER]:.3f} | {ms[TORCH_AO_DYNAMIC]:.3f} | "
+                                f"{ms['int8-qat']:.3f} | {ms[TORCH_AO_DYNAMIC] / ms['int8-qat']:.2f}x | "
+                                f"{acc[TORCH_AO_DYNAMIC]:.4f} / {acc['int8-qat']:.4f} |")
+    if not rows:
+        return []
+    return ["## Against PyTorch: the same weights, eager and torch.ao dynamic int8", "",
+            "What a user would run without the zoo's ONNX files, timed in the same rounds as the files above: the fp32 "
+            "file's weights in the family's PyTorch module (torch-eager), and after `torch.ao.quantization."
+            "quantize_dynamic` of its Linear layers (torch-ao-dynamic, qint8 weights), each with torch's intra-op "
+            "threads set to the row's count. Above 1x, the zoo's int8-qat file is faster; accuracy on the test split.",
+            "", "| entry | threads | batch | torch-eager (ms) | torch-ao-dynamic (ms) | int8-qat (ms) | int8-qat vs "
+            "torch-ao-dynamic | accuracy torch-ao-dynamic / int8-qat |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            *rows, ""]
 
 
 def profile_report(profiles: dict, label: str) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
 
-from tests.helpers import card_dict, write_entry, zoo_cli
+from tests.helpers import REPO, card_dict, write_entry, zoo_cli
 from zoo import catalog
 from zoo.cards import load_card
 from zoo.errors import CardError, PointerFileError
@@ -253,5 +255,33 @@ def test_bench_times_the_cards_files_on_this_machine():
     assert "int8-qat" in shown and card.variants["int8-qat"].sha256[:12] in shown and "1 thread" in shown
     from zoo.provenance import int8_peak  # the CPU's int8 ceiling, with the instructions behind it
     assert report["int8_peak"]["ratio"] == int8_peak()[0] and f"at most {int8_peak()[0]:.2f}x" in " ".join(shown.split())
+    # a transformer is also timed as users would run it without the zoo's files: the fp32 weights in PyTorch, eager
+    # and after torch.ao's dynamic int8; the weights map onto the module by name, so eager scores fp32's accuracy
+    bert = json.loads(zoo_cli("bench", "bert-tiny", "--variant", "int8-qat", "--runs", "2", "--batch", "1", "--json",
+                              check=True, timeout=600).stdout)
+    rows = {r["variant"]: r for r in bert["files"]}
+    assert set(rows) == {"fp32", "fp32-fused", "int8-qat", "torch-eager", "torch-ao-dynamic"}
+    assert rows["torch-eager"]["accuracy"] == catalog.get_card("bert-tiny").metric("fp32") and not rows["torch-eager"]["sha256"]
+    assert rows["torch-ao-dynamic"]["accuracy"] > 0.9 and all(r["median_ms"]["1"] > 0 for r in rows.values())
     bad = zoo_cli("bench", "digits-cnn", "--variant", "ort-training")
     assert bad.returncode == 1 and "no built ONNX variant ort-training" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_predict_classifies_texts_with_the_published_file_and_no_torch():
+    """`zoo predict`: the entry's file fetched from the store and run by onnxruntime, its tokenizer read from the file,
+    the labels from the card; PyTorch is never imported. A model that does not take text says so in one line."""
+    texts = ["Der Hund schläft im Garten.", "El perro duerme en el jardín.", "Кошка спит на диване."]
+    result = zoo_cli("predict", "bert-tiny", *texts, "--variant", "int8-qat", "--json", check=True)
+    answers = json.loads(result.stdout)
+    assert [a["label"] for a in answers] == ["de", "es", "ru"] and [a["text"] for a in answers] == texts
+    assert all(0.5 < a["probability"] <= 1 and len(a["top"]) == 3 for a in answers)
+    probe = ("import sys, zoo.predict\n"
+             "labels = [a['label'] for a in zoo.predict.classify('bert-tiny', ['The dog sleeps in the garden.'])]\n"
+             "assert labels == ['en'], labels\n"
+             "assert 'torch' not in sys.modules, 'zoo predict imported torch'\n")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    image = zoo_cli("predict", "digits-cnn", "hello")
+    assert image.returncode == 1 and "not text" in image.stderr and len(image.stderr.strip().splitlines()) == 1
+    unknown = zoo_cli("predict", "bert-tiny", "hello", "--variant", "ort-training")
+    assert unknown.returncode == 1 and "no built ONNX variant ort-training" in unknown.stderr

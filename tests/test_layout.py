@@ -176,6 +176,16 @@ def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothin
     assert result.stderr == "", f"importing the zoo printed: {result.stderr[-2000:]}"
 
 
+def test_the_layout_guide_names_every_module():
+    """docs/guides/layout.md (the README's Layout, in full) stays true: every module of the package is named there."""
+    import re
+
+    guide = (REPO / "docs" / "guides" / "layout.md").read_text()
+    missing = [str(path.relative_to(REPO)) for path in sorted(PACKAGE.rglob("*.py"))
+               if path.stem not in ("__init__", "__main__") and not re.search(rf"\b{re.escape(path.stem)}\b", guide)]
+    assert not missing, f"modules docs/guides/layout.md does not name: {missing}"
+
+
 def test_stages_do_not_branch_on_kind_names_or_formats():
     """Comparisons against a kind's key (other than the fp32 reference every card has) or a file format belong to
     zoo/variants; the stages ask the table (kind_of(...).made / .reference / .primary ...)."""

@@ -8,29 +8,41 @@ fp32 at its best.
 
 from __future__ import annotations
 
+import copy
 import platform
 import tempfile
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
+import torch
+from torch.ao.quantization import quantize_dynamic
 
 from zoo import catalog
 from zoo.data import load_dataset
 from zoo.errors import ZooError
 from zoo.evaluate import timings
 from zoo.ort_quantize import optimize_transformer
+from zoo.metrics import label_accuracy
 from zoo.models import model_spec
 from zoo.provenance import cpu_info, current_versions, int8_peak
 from zoo.store.fetch import fetch
+from zoo.variants.opsets import Origin, torch_module
 
 FUSED = "fp32-fused"
+# What a user would run instead of the zoo's ONNX files, for a transformer: the fp32 file's weights in the family's
+# PyTorch module, eager, and after torch.ao's dynamic int8 quantization of its Linear layers.
+TORCH_EAGER, TORCH_AO_DYNAMIC = "torch-eager", "torch-ao-dynamic"
 
 
 @dataclass
 class Timed:
     variant: str
-    sha256: str  # of the file timed ("" for fp32-fused: made here from fp32)
-    accuracy: float | None  # the card's
+    sha256: str  # of the file timed ("" for fp32-fused and the PyTorch rows: made here from fp32)
+    accuracy: float | None  # the card's; for the PyTorch rows, measured here on the test split
     median_ms: dict[int, float] = field(default_factory=dict)  # batch -> median
     p90_ms: dict[int, float] = field(default_factory=dict)
     speed: dict[int, float] = field(default_factory=dict)  # batch -> the faster fp32's median over this one's
@@ -49,21 +61,45 @@ def files(name: str, scratch: Path, variants: list[str] | None = None) -> dict[s
     return paths
 
 
+def torch_runners(name: str, fp32: Path, x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Callable, float]]:
+    """For a transformer: {row: (runner, accuracy on the test split)} of the fp32 file's weights in PyTorch, eager and
+    after torch.ao's dynamic int8 of its Linear layers (quantize_dynamic, qint8 weights); the caller sets torch's
+    threads. The weights map onto the module by name (zoo.variants.opsets.torch_module): eager's accuracy is fp32's."""
+    card = catalog.get_card(name)
+    eager = torch_module(fp32, Origin.of(card))
+    with warnings.catch_warnings():  # torch.ao.quantization announces its deprecation on every call
+        warnings.simplefilter("ignore")
+        dynamic = quantize_dynamic(copy.deepcopy(eager), {torch.nn.Linear}, dtype=torch.qint8)
+    out = {}
+    for key, module in ((TORCH_EAGER, eager), (TORCH_AO_DYNAMIC, dynamic)):
+        def run(data: np.ndarray, module=module) -> np.ndarray:
+            with torch.inference_mode():
+                return module(torch.from_numpy(data)).numpy()
+        logits = np.concatenate([run(x[i:i + 256]) for i in range(0, len(x), 256)])
+        out[key] = (run, label_accuracy(logits, y))
+    return out
+
+
 def bench(name: str, variants: list[str] | None = None, threads: int = 1, batches: tuple[int, ...] = (1, 32),
           runs: int = 30, scratch: Path | None = None) -> dict:
     """Time the entry's variants side by side here; returns the report (machine, libraries, date and each file)."""
     card = catalog.get_card(name)
     if threads < 1 or runs < 1 or not batches or min(batches) < 1:
         raise ZooError("--threads, --runs and --batch take positive numbers")
-    x = load_dataset(card.dataset.name).test.x.numpy()
+    test = load_dataset(card.dataset.name).test
+    x, y = test.x.numpy(), test.y.numpy()
     if max(batches) > len(x):
         raise ZooError(f"--batch {max(batches)}: the test split of '{name}' has {len(x)} examples")
     with tempfile.TemporaryDirectory(prefix="zoo-bench-", dir=scratch) as tmp:
         paths = files(name, Path(tmp), variants)
-        measured = timings({k: p for k, (p, _) in paths.items()}, x, batches, threads, runs)
+        torch.set_num_threads(threads)
+        alternatives = torch_runners(name, paths["fp32"][0], x, y) if FUSED in paths else {}
+        measured = timings({**{k: p for k, (p, _) in paths.items()}, **{k: r for k, (r, _) in alternatives.items()}},
+                           x, batches, threads, runs)
+    accuracy = {k: card.metric("fp32" if k == FUSED else k) for k in paths} | {k: a for k, (_, a) in alternatives.items()}
     rows = []
-    for key, (_, sha) in paths.items():
-        row = Timed(key, sha, card.metric("fp32" if key == FUSED else key))
+    for key in [*paths, *alternatives]:
+        row = Timed(key, paths[key][1] if key in paths else "", accuracy[key])
         for batch in batches:
             best = min(measured[k][batch][0] for k in ("fp32", FUSED) if k in measured)
             row.median_ms[batch], row.p90_ms[batch] = measured[key][batch]

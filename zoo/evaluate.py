@@ -9,6 +9,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -64,24 +65,32 @@ INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvI
 SPEED_BATCHES = (1, 32)  # the batch sizes cards and benchmarks report: one request, and a served batch
 
 
-def timings(paths: dict[str, Path], x: np.ndarray, batches: tuple[int, ...] = SPEED_BATCHES, threads: int = 1,
-            runs: int = 30, warmup: int = 5) -> dict[str, dict[int, tuple[float, float]]]:
-    """{name: {batch: (median ms, p90 ms)}} of one session run on the first `batch` rows of `x`, every file measured
-    side by side: sessions are made once and warmed up, then each round runs every file once in turn, so whatever
-    else the machine does slows all of them alike (a benchmark helper; never asserted in tests)."""
-    sessions = {name: session(path, threads) for name, path in paths.items()}
-    feeds = {name: s.get_inputs()[0].name for name, s in sessions.items()}
+def _session_runner(path: Path, threads: int) -> Callable[[np.ndarray], object]:
+    sess = session(path, threads)
+    feed = sess.get_inputs()[0].name
+    return lambda data: sess.run(None, {feed: data})
+
+
+def timings(paths: dict[str, Path | Callable[[np.ndarray], object]], x: np.ndarray,
+            batches: tuple[int, ...] = SPEED_BATCHES, threads: int = 1, runs: int = 30,
+            warmup: int = 5) -> dict[str, dict[int, tuple[float, float]]]:
+    """{name: {batch: (median ms, p90 ms)}} of one run on the first `batch` rows of `x`, everything measured side by
+    side: an ONNX file in an onnxruntime session (made once, `threads` intra-op threads), or a callable that runs a
+    batch itself (e.g. a PyTorch module, its threads set by the caller). All are warmed up, then each round runs each
+    once in turn, so whatever else the machine does slows all of them alike (a benchmark helper; never asserted in
+    tests)."""
+    runners = {name: what if callable(what) else _session_runner(what, threads) for name, what in paths.items()}
     out: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in paths}
     for batch in batches:
         data = x[:batch]
         samples: dict[str, list[float]] = {name: [] for name in paths}
         for _ in range(warmup):
-            for name, sess in sessions.items():
-                sess.run(None, {feeds[name]: data})
+            for run in runners.values():
+                run(data)
         for _ in range(runs):
-            for name, sess in sessions.items():
+            for name, run in runners.items():
                 start = time.perf_counter()
-                sess.run(None, {feeds[name]: data})
+                run(data)
                 samples[name].append(time.perf_counter() - start)
         for name, values in samples.items():
             out[name][batch] = (float(np.median(values) * 1000), float(np.percentile(values, 90) * 1000))

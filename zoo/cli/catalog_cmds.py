@@ -1,4 +1,4 @@
-"""Reading the catalog: list, card, info, fetch."""
+"""Reading the catalog: list, card, info, fetch, predict."""
 
 from __future__ import annotations
 
@@ -194,3 +194,22 @@ def fetch(
     say(f"size {result.size:,} bytes, sha256 {result.sha256}, source: {result.source}", indent="  ")
     measured = "by the local build" if result.source.startswith("rebuilt locally") else "for the card"
     say(f"{card.primary_metric} {metric_text(result.metrics.get(card.primary_metric))} (as measured {measured})", indent="  ")
+
+
+@app.command()
+def predict(name: str, texts: list[str] = typer.Argument(..., help="Texts to classify."),
+            variant: str = typer.Option("fp32", help="The ONNX variant to run (e.g. int8-qat)."),
+            top: int = typer.Option(3, min=1, help="How many of the most probable labels to show per text."),
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Classify texts with an entry's ONNX file (no PyTorch).
+
+    The file is fetched and verified like `zoo fetch`; its tokenizer travels inside it, the labels come from the card."""
+    from zoo.predict import classify  # lazy: onnxruntime (~1 s); `zoo list` and `--help` must not wait
+
+    answers = classify(name, texts, variant, top)
+    if as_json:
+        print(json.dumps(answers, indent=2, ensure_ascii=False))
+        return
+    rows = [[a["label"], f"{a['probability']:.3f}", ", ".join(f"{t['label']} {t['probability']:.3f}" for t in a["top"][1:]),
+             a["text"] if len(a["text"]) <= 50 else a["text"][:49] + "…"] for a in answers]
+    out.print(fitted_table([("label", 0), ("p", 1), ("next", 3), ("text", 2)], rows))

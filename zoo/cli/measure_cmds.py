@@ -88,7 +88,7 @@ def bench(name: str,
 
     The card's files (fetched, verified) in onnxruntime, interleaved round by round: median and p90 latency and the
     speed over the faster fp32 (for transformers fp32 after onnxruntime's optimizer too), with the CPU named."""
-    from zoo.bench import bench as run_bench  # lazy: torch + onnxruntime; `zoo list` and `--help` must not wait
+    from zoo.bench import TORCH_AO_DYNAMIC, TORCH_EAGER, bench as run_bench  # lazy: torch + onnxruntime (~5 s)
 
     report = run_bench(name, variant or None, threads, tuple(batch or (1, 32)), runs)
     if as_json:
@@ -100,11 +100,16 @@ def bench(name: str,
     columns = [("variant", 0), ("sha256", 4), ("accuracy", 3)]
     for b in report["batches"]:
         columns += [(f"b{b} ms", 1), (f"b{b} p90", 5), (f"b{b} speed", 2)]
-    rows = [[r.variant, short_hash(r.sha256, full) if r.sha256 else "(made here)", metric_text(r.accuracy),
+    made_here = {TORCH_EAGER: "(PyTorch)", TORCH_AO_DYNAMIC: "(PyTorch)"}
+    rows = [[r.variant, short_hash(r.sha256, full) if r.sha256 else made_here.get(r.variant, "(made here)"),
+             metric_text(r.accuracy),
              *(cell for b in report["batches"] for cell in (f"{r.median_ms[b]:.3f}", f"{r.p90_ms[b]:.3f}",
                                                              f"{r.speed[b]:.2f}x"))] for r in report["files"]]
     out.print(fitted_table(columns, rows))
-    say("speed: the faster fp32's median over the variant's (above 1x: faster); accuracy: the card's")
+    say("speed: the faster fp32's median over the variant's (above 1x: faster); accuracy: the card's"
+        + (f"; {TORCH_EAGER} and {TORCH_AO_DYNAMIC}: the fp32 file's weights in PyTorch, eager and after torch.ao's "
+           "dynamic int8 of its Linear layers, accuracy measured here" if any(r.variant == TORCH_EAGER
+                                                                              for r in report["files"]) else ""))
     peak = report["int8_peak"]
     say(f"int8 can be at most {peak['ratio']:.2f}x fp32 in the matrix products on this CPU: {peak['instructions']}")
 

@@ -46,12 +46,18 @@ class Origin:
         return cls(card.architecture, card.training.recipe, card.dataset.name, card.trainable)
 
 
-def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_args: dict | None = None) -> Path:
-    """The fp32 weights exported again at `opset` through the family's torch definition."""
+def torch_module(fp32: Path, origin: Origin, model_args: dict | None = None):
+    """The fp32 file's weights in the family's PyTorch module (mapped by name), in eval mode."""
     if model_args is None:
         model_args = load_recipe(origin.recipe, model=origin.architecture).model_args
     data = load_dataset(origin.dataset)
-    model = export.load_onnx_weights(fp32, model_for(origin.architecture, data, **model_args))
+    return export.load_onnx_weights(fp32, model_for(origin.architecture, data, **model_args)).eval()
+
+
+def reexport_opset(fp32: Path, opset: int, target: Path, origin: Origin, model_args: dict | None = None) -> Path:
+    """The fp32 weights exported again at `opset` through the family's torch definition."""
+    data = load_dataset(origin.dataset)
+    model = torch_module(fp32, origin, model_args)
     globs = json.loads(metadata.read_metadata(fp32).get(TRAINABLE_GLOBS_KEY, '["*"]'))
     path = export.export_fp32(model, data.train.x[:2], target, opset)
     fp32_keys = export.fp32_metadata(onnx.load(str(path)), model, None if globs == ["*"] else globs)
