@@ -225,7 +225,11 @@ def against_pytorch(results: dict) -> list[str]:
             "What a user would run without the zoo's ONNX files, timed in the same rounds as the files above: the fp32 "
             "file's weights in the family's PyTorch module (torch-eager), and after `torch.ao.quantization."
             "quantize_dynamic` of its Linear layers (torch-ao-dynamic, qint8 weights), each with torch's intra-op "
-            "threads set to the row's count. Above 1x, the zoo's int8-qat file is faster; accuracy on the test split.",
+            "threads set to the row's count. Above 1x, the zoo's int8-qat file is faster; accuracy on the test split. "
+            "Hugging Face Optimum's onnxruntime quantization is not measured: it now lives in optimum-onnx, whose only "
+            "release (0.1.0) requires transformers<4.58 and the `onnxruntime` distribution (the zoo runs transformers "
+            "5 for `zoo import`'s parity check and onnxruntime-training, which owns the same module); its quantizer is "
+            "onnxruntime.quantization, which the int8-dynamic and int8-ptq files above already run.",
             "", "| entry | threads | batch | torch-eager (ms) | torch-ao-dynamic (ms) | int8-qat (ms) | int8-qat vs "
             "torch-ao-dynamic | accuracy torch-ao-dynamic / int8-qat |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *rows, ""]
