@@ -10,6 +10,7 @@ This module obtains, orchestrates and reports; `zoo evaluate` is its one-variant
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -64,6 +65,12 @@ class RebuildBudget:
     def __init__(self, seconds: float | None, context=None):
         self.unlimited = seconds is None
         self._left = (context or multiprocessing).Value("d", 0.0 if seconds is None else float(seconds))
+        # Rebuilds and reproductions train on both CPUs and add git worktrees: one at a time across the processes.
+        self._one_at_a_time = (context or multiprocessing).Lock()
+
+    def rebuilding(self):
+        """Held while an entry is rebuilt or reproduced."""
+        return self._one_at_a_time
 
     @property
     def left(self) -> float:
@@ -123,7 +130,8 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
         rows += _derive_rows(entry, folder, to_derive, log)
         return folder, entry.card, "store"
     shutil.rmtree(folder)
-    rebuilt = _rebuild(entry, scratch)
+    with rebuild_budget.rebuilding() if rebuild_budget is not None else contextlib.nullcontext():
+        rebuilt = _rebuild(entry, scratch)
     if isinstance(rebuilt, str):
         rows.append(Row(entry.name, "*", "obtain", False, detail=rebuilt))
         return None
@@ -221,7 +229,8 @@ def validate_entry(entry: Entry, scratch: Path, log=print, rebuild_budget: float
     folder, measured_card, source = obtained
     cheap = (entry.card.training.build_time_s or float("inf")) <= reproduce_budget
     if source == "store" and cheap and not entry.card.training.imported_from and entry.card.training.git_commit:
-        rows += _reproduce(entry, scratch, log)
+        with rebuild_budget.rebuilding() if rebuild_budget is not None else contextlib.nullcontext():
+            rows += _reproduce(entry, scratch, log)
     test_sets = load_test_sets(folder)
     rows.append(Row(entry.name, "*", "test data", bool(test_sets), detail=plural(len(test_sets), "test_data_set") if test_sets
                     else "no test_data_set_* folder: the stored reference outputs are missing"))
