@@ -34,31 +34,16 @@ sys.path.insert(0, str(ROOT))
 from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
-from zoo.evaluate import INT8_KERNELS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, timings  # noqa: E402
+from zoo.evaluate import (  # noqa: E402
+    INT8_KERNELS, QUANTIZERS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, share, timings, why,
+)
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info, current_versions, int8_peak  # noqa: E402
 from zoo.bench import FUSED, TORCH_AO_DYNAMIC, TORCH_EAGER, files, torch_runners  # noqa: E402
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
 MAX_DROP = 0.005  # ... losing at most half a point of accuracy
-QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 TORCH_ROWS = (TORCH_EAGER, TORCH_AO_DYNAMIC)
-
-
-def share(profile: dict[str, float], ops: set[str]) -> float:
-    total = sum(profile.values())
-    return sum(us for op, us in profile.items() if op in ops) / total if total else 0.0
-
-
-def why(profile: dict[str, float], graph: Counter) -> str:
-    """Where an int8 file's time goes, in one sentence."""
-    total = sum(profile.values())
-    floats = {op: us for op, us in profile.items() if op not in INT8_KERNELS | QUANTIZERS}
-    top = ", ".join(f"{op} {us / total:.0%}" for op, us in sorted(floats.items(), key=lambda kv: -kv[1])[:4])
-    unfused = sum(graph[op] for op in ("QuantizeLinear", "DequantizeLinear"))
-    return (f"integer kernels {share(profile, INT8_KERNELS):.0%} of its time, (de)quantization "
-            f"{share(profile, QUANTIZERS):.0%}, float operators {sum(floats.values()) / total:.0%} ({top}); "
-            f"{unfused} QuantizeLinear/DequantizeLinear nodes left unfused")
 
 
 def main() -> None:

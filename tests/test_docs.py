@@ -284,3 +284,24 @@ def test_the_guides_start_with_the_quickstart(site):
     guides = [href for href in re.findall(r'href="(guides/[^"]*)"', (out / "index.html").read_text())]
     assert guides and guides[0] == "guides/", guides
     assert ">Quickstart</h1>" in (out / "guides" / "index.html").read_text()
+
+
+def test_a_transformer_page_says_where_int8_time_goes_and_the_cpu_limit():
+    """The model page of a BERT entry explains its int8-qat speed from the committed profiles (where the time goes,
+    the CPU's int8 peak, the bound), only when they measured this build's file: never a stale explanation."""
+    import json
+
+    from zoo.docs.common import RESULTS
+    from zoo.docs.model_page import int8_time
+    from zoo.evaluate import int8_bound
+    from zoo.provenance import int8_peak
+
+    profiles = json.loads((RESULTS / "profiles.json").read_text())
+    card = catalog.get_card("bert-tiny")
+    lines = " ".join(int8_time(card, profiles))
+    peak = int8_peak(profiles["cpu"]["flags"])[0]
+    bound = int8_bound(profiles["entries"]["bert-tiny"]["fp32-fused"]["per_op_us"], peak)
+    assert "integer kernels" in lines and f"at most {peak:.2f}x" in lines and f"{bound:.2f}x" in lines, lines
+    stale = json.loads(json.dumps(profiles))
+    stale["entries"]["bert-tiny"]["int8-qat"]["sha256"] = "0" * 64
+    assert int8_time(card, stale) == [] and int8_time(catalog.get_card("digits-cnn"), profiles) == []

@@ -58,6 +58,7 @@ def kernel_types(path: Path) -> set[str]:
 # The operators of a fused fp32 transformer graph that are matrix products (Attention counted whole: its projections
 # and score products are, its softmax is not, so a bound computed with it is an upper bound).
 MATRIX_PRODUCTS = {"MatMul", "Gemm", "FusedMatMul", "Attention"}
+QUANTIZERS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul",
                 "MatMulIntegerToFloat", "QAttention"}
 
@@ -131,3 +132,20 @@ def int8_bound(fp32_profile: dict[str, float], peak: float) -> float:
     total = sum(fp32_profile.values())
     products = sum(us for op, us in fp32_profile.items() if op in MATRIX_PRODUCTS) / total if total else 0.0
     return 1.0 / ((1.0 - products) + products / peak)
+
+
+def share(profile: dict[str, float], ops: set[str]) -> float:
+    """The share of a per-operator profile's time spent in `ops`."""
+    total = sum(profile.values())
+    return sum(us for op, us in profile.items() if op in ops) / total if total else 0.0
+
+
+def why(profile: dict[str, float], graph: Counter) -> str:
+    """Where an int8 file's time goes, in one sentence (its profile, and the operator counts of its optimized graph)."""
+    total = sum(profile.values())
+    floats = {op: us for op, us in profile.items() if op not in INT8_KERNELS | QUANTIZERS}
+    top = ", ".join(f"{op} {us / total:.0%}" for op, us in sorted(floats.items(), key=lambda kv: -kv[1])[:4])
+    unfused = sum(graph[op] for op in ("QuantizeLinear", "DequantizeLinear"))
+    return (f"integer kernels {share(profile, INT8_KERNELS):.0%} of its time, (de)quantization "
+            f"{share(profile, QUANTIZERS):.0%}, float operators {sum(floats.values()) / total:.0%} ({top}); "
+            f"{unfused} QuantizeLinear/DequantizeLinear nodes left unfused")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
 from zoo.docs.baselines import baselines_section
-from zoo.docs.common import fmt, md_text, shape_text, size_cell, variant_type
+from zoo.docs.common import RESULTS, fmt, load_json, md_text, shape_text, size_cell, variant_type
 from zoo.docs.plots import plots
+from zoo.evaluate import int8_bound, why
 from zoo.fsutil import human_size, plural
 from zoo.metrics import wilson_interval
 from zoo.layouts import LAUNCHERS, LAYOUTS
@@ -18,6 +20,7 @@ from zoo.recipes import load_recipe
 from zoo.registry import model_name, model_uri
 from zoo.store.build_on_miss import build_estimate, buildable, planned_processes
 from zoo.kinds import kind_of, slower_than_fp32
+from zoo.provenance import int8_peak
 
 def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
     """Each launcher's command with its default layout (zoo.layouts), for the launchers whose layout this
@@ -213,8 +216,25 @@ def speed_section(c: ModelCard) -> list[str]:
         lines.append(f"- Batch {batch}: **{best}** is the fastest that keeps fp32's {c.primary_metric} within its "
                      f"tolerance ({c.variants[best].speed.at(batch).vs_fp32:.2f}x fp32): "
                      f"`zoo fetch {c.name} --fastest" + (" --batch 32`" if batch == 32 else "`"))
-    lines += [f"- {who} here: {why}." for who, why in slower_than_fp32(c)]
-    return lines
+    lines += [f"- {who} here: {reason}." for who, reason in slower_than_fp32(c)]
+    return lines + int8_time(c)
+
+
+def int8_time(c: ModelCard, profiles: dict | None = None) -> list[str]:
+    """For a transformer whose int8-qat file the committed profiles measured (the same sha256): where its time goes,
+    and the most int8 could gain on that CPU (its int8 peak, Amdahl's law over the fused fp32 profile)."""
+    profiles = load_json(RESULTS / "profiles.json") if profiles is None else profiles
+    measured = profiles.get("entries", {}).get(c.name, {})
+    qat, fused = measured.get("int8-qat"), measured.get("fp32-fused")
+    if not qat or not fused or "int8-qat" not in c.variants or qat.get("sha256") != c.variants["int8-qat"].sha256:
+        return []
+    peak, instructions = int8_peak(profiles["cpu"]["flags"])
+    return ["", f"Where int8-qat's time goes (onnxruntime's profiler, batch {profiles['batch']}, "
+                f"{plural(profiles['threads'], 'thread')}, {profiles['cpu']['model']}): "
+                f"{why(qat['per_op_us'], Counter(qat['graph']))}. Integer arithmetic speeds up only the matrix "
+                f"products, by at most {peak:.2f}x on that CPU ({instructions}); with every other operator as in fp32, "
+                f"the most int8 could gain over the fused fp32 file is {int8_bound(fused['per_op_us'], peak):.2f}x "
+                "(the latency report's goal table, on the Benchmarks page, has each measured speed next to it)."]
 
 
 def ondevice_section(c) -> list[str]:
