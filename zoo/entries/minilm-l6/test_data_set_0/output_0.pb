@@ -1,3 +1,3 @@
 version https://git-lfs.github.com/spec/v1
-oid sha256:4b2c0fd1be6f1ec3d5ffdc65677ce5f791bfdca484cdf370dea0cfc123be2071
+oid sha256:10c2f2d8abafd72e7238001b81f7b4a6a3f991f01c0a2083555cdb1a20dcbeae
 size 529
