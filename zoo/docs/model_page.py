@@ -225,11 +225,14 @@ def int8_time(c: ModelCard, profiles: dict | None = None) -> list[str]:
     and the most int8 could gain on that CPU (its int8 peak, Amdahl's law over the fused fp32 profile)."""
     profiles = load_json(RESULTS / "profiles.json") if profiles is None else profiles
     measured = profiles.get("entries", {}).get(c.name, {})
-    qat, fused = measured.get("int8-qat"), measured.get("fp32-fused")
-    if not qat or not fused or "int8-qat" not in c.variants or qat.get("sha256") != c.variants["int8-qat"].sha256:
+    # The int8 file made by training (int8-qat): the kinds table says which, not its name.
+    trained = [k for k, v in c.variants.items() if kind_of(k, v).int8 and kind_of(k, v).made == "training"]
+    key = trained[0] if trained else None
+    qat, fused = measured.get(key), measured.get("fp32-fused")
+    if not qat or not fused or qat.get("sha256") != c.variants[key].sha256:
         return []
     peak, instructions = int8_peak(profiles["cpu"]["flags"])
-    return ["", f"Where int8-qat's time goes (onnxruntime's profiler, batch {profiles['batch']}, "
+    return ["", f"Where {key}'s time goes (onnxruntime's profiler, batch {profiles['batch']}, "
                 f"{plural(profiles['threads'], 'thread')}, {profiles['cpu']['model']}): "
                 f"{why(qat['per_op_us'], Counter(qat['graph']))}. Integer arithmetic speeds up only the matrix "
                 f"products, by at most {peak:.2f}x on that CPU ({instructions}); with every other operator as in fp32, "
