@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo.docs.common import fmt, size_cell
 from zoo.kinds import KINDS
-from zoo.variants.checks import summary_line
+from zoo.variants.checks import Row, summary_line
 
 
 def columns() -> list[str]:
@@ -54,5 +54,6 @@ def index_page(entries: dict, validation: dict) -> str:
                       "(ISA flags on each model's page)."]
     if validation:
         lines += ["", "Latest validation ([report](../reference/results/validation.md)): " + summary_line(
-            [(r["ok"], r.get("skipped", False)) for r in validation.get("rows", [])], validation.get("seconds", 0))]
+            [Row(r["entry"], r["variant"], r["check"], r["ok"], skipped=r.get("skipped", False),
+                 planned=r.get("planned", False)) for r in validation.get("rows", [])], validation.get("seconds", 0))]
     return "\n".join(lines) + "\n"
