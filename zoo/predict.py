@@ -13,7 +13,6 @@ from tokenizers import Tokenizer
 from zoo import catalog
 from zoo.errors import ZooError
 from zoo.evaluate import predict
-from zoo.kinds import kind_of
 from zoo.metadata import read_metadata
 from zoo.store.fetch import fetch
 
@@ -23,9 +22,7 @@ TOKENIZER_KEY = "zoo.tokenizer"
 def classify(name: str, texts: list[str], variant: str = "fp32", top: int = 3) -> list[dict]:
     """One answer per text: the label, its probability, and the `top` most probable labels."""
     card = catalog.get_card(name)
-    spec = card.variants.get(variant)
-    if spec is None or not spec.built or not kind_of(variant, spec).inference:
-        raise ZooError(f"'{name}' has no built ONNX variant {variant}; it has {', '.join(card.inference_variants())}")
+    card.inference_variants([variant])  # refuses a variant that is not one built ONNX inference model, naming those
     if not texts:
         raise ZooError("give at least one text to classify")
     path = fetch(name, variant, show_progress=False).path
