@@ -48,7 +48,17 @@ LONGEST_FIRST = ["test_parallel", "test_federated", "test_hostile", "test_famili
                  "test_rebuild", "test_ondevice", "test_mlflow", "test_reproducible", "test_data", "test_entries"]
 
 
+# `make test` runs pytest twice: `-m "not ranks"` (the single-process majority, two workers side by side) and then
+# `-m ranks` (the tests that hold both CPUs for several busy processes). In one mixed run a test that wants both
+# CPUs waits, one CPU idle, for the other worker's current test to end: 663 worker-seconds of a 2,149-second run on
+# 2026-12-05 (AMD EPYC, AVX2). A test is `ranks` when it asks for the whole_machine fixture (directly or through a
+# fixture) or carries @pytest.mark.ranks (it takes tests/helpers.py all_cpus() itself); a test that held both
+# CPUs without it is named at the end of the run (it still runs correctly, only less packed).
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if "whole_machine" in item.fixturenames and item.get_closest_marker("ranks") is None:
+            item.add_marker(pytest.mark.ranks)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
 
@@ -81,11 +91,19 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "teardown" and item.nodeid in _STARTED:
         now = (time.perf_counter(), _cpu_seconds(), *lease_seconds())
-        outcome.get_result().user_properties.append(
-            ("zoo_times", tuple(b - a for a, b in zip(_STARTED.pop(item.nodeid), now))))
+        report = outcome.get_result()
+        report.user_properties.append(("zoo_times", tuple(b - a for a, b in zip(_STARTED.pop(item.nodeid), now))))
+        report.user_properties.append(("zoo_ranks_marked", item.get_closest_marker("ranks") is not None))
+
+
+_UNMARKED: list[str] = []  # tests that held both CPUs without the ranks marker
 
 
 def pytest_runtest_logreport(report):
+    properties = dict(report.user_properties)
+    if report.when == "teardown" and "zoo_times" in properties and not properties.get("zoo_ranks_marked", True):
+        if properties["zoo_times"][3] > 1.0:  # seconds it held both CPUs
+            _UNMARKED.append(report.nodeid)
     for key, value in report.user_properties:
         if key == "zoo_times" and report.when == "teardown":
             row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, **dict.fromkeys(_KEYS, 0.0)})
@@ -94,7 +112,7 @@ def pytest_runtest_logreport(report):
                 row[key] += seconds
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     if not _FILE_TIMES:
         return
     rows = sorted(_FILE_TIMES.items(), key=lambda item: -item[1]["wall_s"])
@@ -105,9 +123,15 @@ def pytest_terminal_summary(terminalreporter):
     for file, row in [*rows, ("all", total)]:
         terminalreporter.write_line(f"{file:34} {int(row['tests']):5d} {row['wall_s']:7.1f} {row['cpu_s']:7.1f} "
                                     f"{row['wait_s']:7.1f} {row['exclusive_s']:9.1f}")
-    out = Path(__file__).resolve().parents[1] / "build" / "test-times.json"
+    if _UNMARKED:
+        terminalreporter.write_line(f"held both CPUs without @pytest.mark.ranks (a module fixture's build, or a test "
+                                    f"to mark so `make test` runs it with the ranks): {', '.join(sorted(_UNMARKED))}")
+    # one file per part of `make test` (-m "not ranks", -m ranks), build/test-times.json for any other selection
+    part = {"not ranks": "-shared", "ranks": "-ranks"}.get(config.option.markexpr, "")
+    out = Path(__file__).resolve().parents[1] / "build" / f"test-times{part}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"files": dict(rows), "total": total}, indent=2) + "\n")
+    out.write_text(json.dumps({"files": dict(rows), "total": total, "unmarked_both_cpus": sorted(_UNMARKED)},
+                              indent=2) + "\n")
 
 
 @pytest.fixture

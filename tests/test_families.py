@@ -98,6 +98,7 @@ def test_hf_sources_resolve_from_the_local_hub_cache_offline(tmp_path, monkeypat
         "folder (LocalEntryNotFoundError)"]
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
     _in_hub_cache(tmp_path / "hub", "zoo-test/tiny-bert")  # imported by hf:<repo id>, as from the hub cache
     recipe = yaml.safe_load((REPO / "recipes" / "minilm-l6.yaml").read_text())

@@ -415,6 +415,7 @@ def test_hostile_lfs_answers_never_crash_fetch_or_poison_the_cache(zoo_env, host
         remotes.HttpRemote.__init__.__defaults__ = (4, None, 0.5)
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_launcher_errors_are_one_line_and_said_once(tmp_path):
     recipe = tmp_path / "list.yaml"
     recipe.write_text("- not\n- a mapping\n")

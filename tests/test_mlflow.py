@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import onnxruntime as ort
 import requests
 
@@ -25,6 +26,7 @@ LOAD = """
 import json, sys
 import mlflow
 import numpy as np
+import pytest
 mlflow.set_tracking_uri(sys.argv[1])
 for uri, inputs, input_name, out in json.loads(sys.argv[2]):
     outputs = mlflow.pyfunc.load_model(uri).predict({input_name: np.load(inputs)})
@@ -116,6 +118,7 @@ def test_register_refuses_what_it_cannot_register(tmp_path):
         assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_mlflow_logging_against_real_server(tmp_path, mlflow_server):
     train(tmp_path, "tracked", "--recipe", "qat-int8", "--tracking-uri", mlflow_server, "steps=20",
           "quantization.qat_steps=10", "export.opsets=[17]", nproc=2)

@@ -49,6 +49,7 @@ def _max_rel_diff(a: dict, b: dict) -> float:
     return max(float(((a[k] - b[k]).abs() / (b[k].abs() + 1e-8)).max()) if a[k].is_floating_point() else 0.0 for k in a)
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_two_processes_match_one(tmp_path):
     train(tmp_path, "one", "--recipe", "fp32", "--no-tracking", *QUICK)
     # One job, two cells: each replica's 32 examples of the global batch at once, and with gradient accumulation
@@ -65,6 +66,7 @@ def test_two_processes_match_one(tmp_path):
         assert summary["phases"]["fp32"]["final_loss"] < summary["phases"]["fp32"]["first_loss"]
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_qat_int8_runs_int8_kernels_within_bound(tmp_path):
     result = train(tmp_path, "qat", "--recipe", "qat-int8", "--no-tracking", "quantization.qat_steps=40", nproc=2)
     summary = json.loads((tmp_path / "qat" / "summary.json").read_text())
@@ -87,6 +89,7 @@ def test_qat_int8_runs_int8_kernels_within_bound(tmp_path):
     assert "loss" in result.stderr  # rank 0's progress bar
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_killed_rank_restarts_and_resumes_to_same_weights(tmp_path):
     args = ["--recipe", "fp32", "--no-tracking", *QUICK, "checkpoint.interval_steps=5"]
     train(tmp_path, "clean", *args, nproc=2)

@@ -255,6 +255,7 @@ def test_a_failing_run_names_a_failing_row_with_full_hashes(published, tmp_path)
     assert real in sha["detail"] and "f" * 64 in sha["detail"]  # both hashes whole
 
 
+@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
 def test_entries_validated_side_by_side_report_as_one_run(tmp_path):
     """`zoo validate --jobs 2` (what CI runs): each entry in a process of its own, from the repository's store, the rows
     in the same order as one process gives them (cheapest entry first, the planned one last and counted apart)."""
