@@ -41,11 +41,13 @@ def pytest_unconfigure(config):
             os.environ.pop(var, None)
 
 
-# The files that take longest first (wall seconds of the last fresh-clone run, docs/guides/testing.md): pytest-xdist hands whole
-# files to the two workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and
-# the short ones fill the end of the run instead of one long file running alone at the end.
-LONGEST_FIRST = ["test_parallel", "test_federated", "test_hostile", "test_families", "test_validate", "test_training",
-                 "test_rebuild", "test_ondevice", "test_mlflow", "test_reproducible", "test_data", "test_entries"]
+# The files that take longest first (CPU seconds per part at 47f702e, AMD EPYC AVX2): pytest-xdist hands whole files
+# to the two workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and the short
+# ones fill the end of each part instead of one long file running alone at the end. test_parallel leads the ranks
+# part; the single-process part starts with the files that hold most of its work.
+LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_families", "test_federated", "test_hostile",
+                 "test_rebuild", "test_mlflow", "test_training", "test_reproducible", "test_catalog", "test_units",
+                 "test_store", "test_docs", "test_repo_store", "test_data", "test_entries"]
 
 
 # `make test` runs pytest twice: `-m "not ranks"` (the single-process majority, two workers side by side) and then
