@@ -39,7 +39,7 @@ from zoo.docs import baseline_runs  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import predict, session  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.metadata import read_metadata  # noqa: E402
+from zoo.metadata import TOKENIZER_KEY, read_metadata  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
 from zoo.store.fetch import fetch  # noqa: E402
 from zoo.pointer import sha256_file  # noqa: E402
@@ -156,7 +156,7 @@ def langid_benchmark(names: list[str], speed_texts: int) -> dict:
         for key, path in files.items():
             print(f"{name} {key} ...", file=sys.stderr)
             meta = read_metadata(path)  # files built before the tokenizer travelled inside: the dataset's
-            tokenizer = (Tokenizer.from_str(meta["zoo.tokenizer"]) if "zoo.tokenizer" in meta else
+            tokenizer = (Tokenizer.from_str(meta[TOKENIZER_KEY]) if TOKENIZER_KEY in meta else
                          langid.tokenizer(catalog.get_card(name).dataset.name))
             result = {}
             for s, (tx, y) in sets.items():

@@ -40,19 +40,22 @@ METADATA_KEYS = {
 }
 
 
+TOKENIZER_KEY = "zoo.tokenizer"  # text models: `tokenizers.Tokenizer.from_str(metadata[TOKENIZER_KEY])`
+
+
 # Keys only some files carry: fp32 exports (on-device training split) and files trained from a zoo file.
 FP32_ONLY_KEYS = {"zoo.trainable", "zoo.trainable.globs", "zoo.parameter_aliases"}
 
 
 # What a file made from the fp32 file inherits from it: the same model, recipe and build.
-INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit", "zoo.tokenizer")
+INHERITED_KEYS = ("zoo.model", "zoo.recipe", "zoo.recipe_sha256", "zoo.git_commit", TOKENIZER_KEY)
 
 
 RETRAINED_KEYS = {"zoo.finetuned_from_sha256", "zoo.finetune", "zoo.federated"}
 
 
 # Keys only files of some datasets carry (their Dataset.onnx_metadata).
-DATASET_KEYS = {"zoo.tokenizer"}
+DATASET_KEYS = {TOKENIZER_KEY}
 
 
 ALIASES_KEY = "zoo.parameter_aliases"

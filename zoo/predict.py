@@ -13,10 +13,9 @@ from tokenizers import Tokenizer
 from zoo import catalog
 from zoo.errors import ZooError
 from zoo.evaluate import predict
-from zoo.metadata import read_metadata
+from zoo.metadata import TOKENIZER_KEY, read_metadata
 from zoo.store.fetch import fetch
 
-TOKENIZER_KEY = "zoo.tokenizer"
 
 
 def classify(name: str, texts: list[str], variant: str = "fp32", top: int = 3) -> list[dict]:

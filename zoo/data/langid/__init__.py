@@ -48,6 +48,7 @@ from zoo.data.langid.sources import (LABELS, MESSAGES, digest, fortunes, gnome_h
 from zoo.data.langid.tokenization import (MAX_TOKENS, TRAINED, VOCAB_SIZE, VOCABULARY, encode, tokenizer,
                                           tokenizer_json, train_tokenizer)
 from zoo.fsutil import atomic_write_text
+from zoo.metadata import TOKENIZER_KEY
 
 # Per language: the fortunes val/test caps (as in the first builds), the second-domain test size and the training
 # texts per language (all of fortunes' training split, then help paragraphs up to this number: the most every language
@@ -222,7 +223,7 @@ def _load(name: str) -> Dataset:
             f"input: token ids int64 [batch, {MAX_TOKENS}]; padding id 0 doubles as the attention mask",
         ],
         usage=_usage(name),
-        onnx_metadata={"zoo.tokenizer": tokenizer_json(name)},
+        onnx_metadata={TOKENIZER_KEY: tokenizer_json(name)},
         model_args={"vocab_size": len(vocab)},
     )
 
