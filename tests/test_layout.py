@@ -45,7 +45,10 @@ LIGHT_ENTRY_POINTS = ("zoo.cli", "zoo", "zoo.store.fetch")  # and every module o
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
 # onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
 # A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import).
-RANK_LAZY = {"zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
+# `zoo build` (held with both CPUs in the tests) imports transformers (zoo.importer, ~3 s) only for an imported entry
+# and MLflow (~2 s) only for a build that tracked.
+RANK_LAZY = {"zoo.build": ("zoo.importer", "zoo.registry", "mlflow"),
+             "zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
              "zoo.train.parallel": ("zoo.train.parallel.",),
              "zoo.federated.client": ("zoo.federated.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mlflow.exceptions import MlflowException
 from onnx import numpy_helper
 
 from zoo import catalog
@@ -27,11 +26,9 @@ from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
 from zoo.evaluate import SPEED_BATCHES, predict, timings
 from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text, plural
-from zoo.importer import convert, read_checkpoint, resolve_source
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import entry_training_command, load_recipe
-from zoo.registry import register
 from zoo.store.fetch import fetch
 from zoo.pointer import read_pointer
 from zoo.train.summary import RunSummary
@@ -75,6 +72,8 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
         raise CardError(f"{card_path}: training.recipe and architecture are needed to build this entry")
     if training.get("imported_from") and init_from is None:
         if training.get("import_source"):
+            from zoo.importer import resolve_source  # lazy: transformers (~3 s), only for imported entries
+
             return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log,
                                 allow_dirty=allow_dirty, writes=writes)
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
@@ -120,6 +119,10 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
 
 
 def _register(name: str, uri: str, run_id: str, log) -> None:
+    from mlflow.exceptions import MlflowException  # lazy: MLflow (~2 s), only for builds that track
+
+    from zoo.registry import register  # lazy: MLflow, only for builds that track
+
     try:
         register(name, uri, run_id=run_id, log=log)
     except (ZooError, MlflowException) as exc:  # the card and files are written: registering again is one command
@@ -153,6 +156,8 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
                  writes: list[str] | None = None) -> Path:
     """`zoo import`: convert + parity-check an upstream checkpoint (zoo.importer), then fine-tune and build the
     entry from it with `init_from`."""
+    from zoo.importer import convert, read_checkpoint  # lazy: transformers (~3 s), only for imported entries
+
     read_checkpoint(source.resolve())  # a wrong folder is the first thing to say
     require_clean(build_paths(writes or [name]), allow_dirty)  # before the conversion's minutes, not after
     catalog.require_every_card(being_built=tuple(writes or [name]))  # the manifest it ends with needs them
