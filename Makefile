@@ -75,6 +75,8 @@ quickstart: setup
 
 # The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
+
 test: setup
 	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
 	@# pytest in two parts (tests/conftest.py): the single-process tests two at a time, then the tests that hold both
@@ -83,9 +85,9 @@ test: setup
 	@start=$$(date +%s); shared_dir=$$(mktemp -d -t zoo-test-XXXXXX); trap 'rm -rf "$$shared_dir"' EXIT; \
 	  export ZOO_DATA_DIR=$$shared_dir/data ZOO_TEST_SHARED=$$shared_dir/made-once; \
 	  mkdir -p $$ZOO_DATA_DIR $$ZOO_TEST_SHARED; \
-	  $(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadfile --no-loadscope-reorder -m "not ranks"; \
+	  $(PYTEST) --durations=25 -m "not ranks"; \
 	  shared=$$?; half=$$(date +%s); \
-	  $(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadfile --no-loadscope-reorder -m ranks; \
+	  $(PYTEST) --durations=15 -m ranks; \
 	  ranks=$$?; mid=$$(date +%s); validation=not-run; \
 	  if [ $$shared -eq 0 ] && [ $$ranks -eq 0 ]; then bash ci/validate.sh; validation=$$?; fi; end=$$(date +%s); \
 	  echo "make test: $$((end - start)) s wall (pytest $$((mid - start)) s: $$((half - start)) s single-process" \

@@ -103,15 +103,15 @@ _UNMARKED: list[str] = []  # tests that held both CPUs without the ranks marker
 
 def pytest_runtest_logreport(report):
     properties = dict(report.user_properties)
-    if report.when == "teardown" and "zoo_times" in properties and not properties.get("zoo_ranks_marked", True):
-        if properties["zoo_times"][3] > 1.0:  # seconds it held both CPUs
-            _UNMARKED.append(report.nodeid)
-    for key, value in report.user_properties:
-        if key == "zoo_times" and report.when == "teardown":
-            row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, **dict.fromkeys(_KEYS, 0.0)})
-            row["tests"] += 1
-            for key, seconds in zip(_KEYS, value):
-                row[key] += seconds
+    if report.when != "teardown" or "zoo_times" not in properties:
+        return
+    times = properties["zoo_times"]
+    if not properties["zoo_ranks_marked"] and times[3] > 1.0:  # held both CPUs for over a second
+        _UNMARKED.append(report.nodeid)
+    row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, **dict.fromkeys(_KEYS, 0.0)})
+    row["tests"] += 1
+    for key, seconds in zip(_KEYS, times):
+        row[key] += seconds
 
 
 def pytest_terminal_summary(terminalreporter, config):
