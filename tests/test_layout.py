@@ -160,8 +160,16 @@ def test_imports_are_at_the_top_except_documented_lazy_ones():
                           "`# lazy: why` comment):\n" + "\n".join(offenders)
 
 
+def _probe(script: str) -> subprocess.CompletedProcess:
+    """`script` run in a fresh interpreter (what importing does to a process); its assertions must hold."""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
 def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothing():
-    """No behaviour at import time: `import zoo` (and the CLI, fetch) change no logger; the modules that import the
+    """No behaviour at import time: `import zoo` (and the CLI, fetch) change no logger, no environment variable and no
+    import machinery; the modules that import the
     libraries noisy while imported (torchao, transformers) do it under zoo.logs.quiet, which restores the levels."""
     from zoo.logs import NOISY_IMPORTS
 
@@ -170,13 +178,42 @@ def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothin
              f"names = {names!r}\n"
              "levels = lambda: [logging.getLogger(n).level for n in names]\n"
              "before = levels()\n"
+             "import os, sys\n"
+             "environ, finders = dict(os.environ), list(sys.meta_path)\n"
              "import zoo, zoo.cli, zoo.store.fetch\n"
              "assert levels() == before, ('import zoo', before, levels())\n"
+             "assert dict(os.environ) == environ and sys.meta_path == finders, 'import zoo changed the process'\n"
              "import zoo.train.qat, zoo.importer\n"
              "assert levels() == before, ('import zoo.train.qat, zoo.importer', before, levels())\n")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = _probe(probe)
     assert result.stderr == "", f"importing the zoo printed: {result.stderr[-2000:]}"
+
+
+def test_onnxruntime_is_imported_only_through_zoo_ort():
+    """zoo.ort imports onnxruntime without ORTModule (torch, DeepSpeed, MLflow: 9 s of CPU); a module that uses one of
+    its submodules imports zoo.ort first, and nothing is left blocked afterwards."""
+    offenders = []
+    for name, path in _modules().items():
+        if name == "zoo.ort":
+            continue
+        lines = path.read_text().splitlines()
+        first_ort = min((node.lineno for node, imported in _imports(path) if "zoo.ort" in imported), default=None)
+        for node, imported in _imports(path):
+            if not any(m == "onnxruntime" or m.startswith("onnxruntime.") for m in imported):
+                continue
+            plain = isinstance(node, ast.Import) or node.module == "onnxruntime"
+            if plain or first_ort is None or node.lineno < first_ort:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not offenders, "onnxruntime imported around zoo.ort (use `from zoo.ort import ort`):\n" + "\n".join(offenders)
+    probe = ("import sys\n"
+             "import zoo.evaluate, zoo.ondevice.engine\n"
+             "from zoo.ort import ORTMODULE, ort\n"
+             "assert ort is sys.modules['onnxruntime'] and ort.InferenceSession\n"
+             "loaded = lambda: sorted(m for m in ('torch', 'deepspeed', 'mlflow', ORTMODULE) if m in sys.modules)\n"
+             "assert loaded() == [], loaded()  # ORTModule was neither imported nor left blocked (None)\n"
+             "import zoo.ort_quantize  # onnxruntime's transformer optimizer imports torch itself\n"
+             "assert loaded() == ['torch'], loaded()\n")
+    _probe(probe)
 
 
 def test_the_layout_guide_names_every_module():

@@ -10,12 +10,12 @@ import sys
 
 import numpy as np
 import pytest
-import onnxruntime as ort
 import requests
 
 from tests.helpers import zoo_cli
 from tests.test_training import train
 from zoo import catalog
+from zoo.ort import ort
 from zoo.registry import SHA_TAG, model_name, reference_data
 from zoo.store.fetch import fetch
 

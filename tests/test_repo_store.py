@@ -216,7 +216,7 @@ def test_kinds_made_on_fetch_do_not_depend_on_onnxruntime_kernels(tmp_path, thre
         import json, sys, tempfile
         from pathlib import Path
         import zoo
-        import onnxruntime as ort
+        from zoo.ort import ort
         threads, level, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
         computing = []
         original = ort.InferenceSession.__init__

@@ -11,13 +11,13 @@ import re
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import ZooError
 from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
+from zoo.ort import ort
 from zoo.store.verified_writes import HashingWriter
 from zoo.train.schedule import BatchPlan, Phase, lr_at
 from zoo.variants.checks import Row, summary_line

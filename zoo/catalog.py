@@ -23,12 +23,12 @@ MANIFEST_FILE = "MANIFEST.json"
 # The README's catalog table (primaries' bytes per entry) sits between these markers; `zoo manifest` rewrites it.
 README = REPO_ROOT / "README.md"
 README_BEGIN, README_END = "<!-- catalog-sizes:begin (zoo manifest writes this table) -->", "<!-- catalog-sizes:end -->"
-# The README's launcher x precision x QAT table (zoo.train.parallel.support_matrix); `zoo manifest` rewrites it too.
-LAUNCHER_MATRIX = ("<!-- launcher-matrix:begin (zoo manifest writes this table from zoo.train.parallel.support_matrix) -->",
-                   "<!-- launcher-matrix:end -->")
-# The launchers guide's table of launchers and layouts (zoo.layouts.launchers_table); `zoo manifest` rewrites it too.
+# The launchers guide's table of launchers and layouts (zoo.layouts.launchers_table) and its launcher x precision x QAT
+# matrix (zoo.train.parallel.support_matrix); `zoo manifest` rewrites them too.
 LAUNCHERS_GUIDE = REPO_ROOT / "docs" / "guides" / "launchers.md"
 LAYOUTS_TABLE = ("<!-- layouts:begin (zoo manifest writes this table from zoo.layouts) -->", "<!-- layouts:end -->")
+LAUNCHER_MATRIX = ("<!-- launcher-matrix:begin (zoo manifest writes this table from zoo.train.parallel.support_matrix) -->",
+                   "<!-- launcher-matrix:end -->")
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from zoo.catalog import require_content
 from zoo.metrics import label_accuracy
+from zoo.ort import ort
 
 
 def session(path: Path, threads: int = 1, optimized_to: Path | None = None) -> ort.InferenceSession:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+
+import zoo.ort  # noqa: F401  (first: onnxruntime imported without ORTModule)
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16

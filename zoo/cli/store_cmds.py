@@ -82,18 +82,19 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
 
 @app.command()
 def manifest(check: bool = typer.Option(False, help="Fail if the committed manifest differs from the cards.")) -> None:
-    """Regenerate the manifest and the README's generated tables.
+    """Regenerate the manifest and the generated tables of the README and the launchers guide.
 
-    entries/MANIFEST.json from the cards, and the README's catalog and launcher tables (or check them)."""
+    entries/MANIFEST.json from the cards, the README's catalog table, the launchers guide's layouts table and launcher
+    matrix (or check them)."""
     from zoo.train.parallel import matrix_markdown  # lazy: torch; only this command renders the launcher matrix
 
     path = catalog.manifest_path()
     stale = []  # (file, its text with the generated tables rewritten)
-    for target, markers, render in [(catalog.README, catalog.LAUNCHER_MATRIX, matrix_markdown),
-                                    (catalog.LAUNCHERS_GUIDE, catalog.LAYOUTS_TABLE, launchers_table)]:
-        text = target.read_text() if target.exists() else ""
-        if (new := catalog.replace_block(text, *markers, render())) != text:
-            stale.append((target, new))
+    text = new = catalog.LAUNCHERS_GUIDE.read_text()
+    for markers, render in [(catalog.LAYOUTS_TABLE, launchers_table), (catalog.LAUNCHER_MATRIX, matrix_markdown)]:
+        new = catalog.replace_block(new, *markers, render())
+    if new != text:
+        stale.append((catalog.LAUNCHERS_GUIDE, new))
     if check:
         if not path.exists() or path.read_text() != catalog.manifest_text():
             raise ZooError(f"{path} is out of date with the cards; run `zoo manifest` and commit it")

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -21,26 +20,16 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
-from onnxruntime import OrtValue
 
 from zoo.catalog import require_content
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_bytes
 from zoo.ondevice.trainable import TRAINABLE_GLOBS_KEY, float_weights, trainable_of
+from zoo.ort import ort, training_package_without_torch
 from zoo.pointer import sha256_file
 
 
-def _training_package_without_torch() -> None:
-    """onnxruntime-training 1.19.2's package `__init__` imports torch and DeepSpeed (for ORTModule, `amp`, `optim`,
-    which the zoo never uses); its `api`, `artifacts` and `onnxblock` submodules need neither. The package is
-    registered without running that `__init__`, so a device or a federated client trains with onnxruntime alone."""
-    if "onnxruntime.training" not in sys.modules:
-        spec = importlib.util.find_spec("onnxruntime.training")
-        sys.modules["onnxruntime.training"] = importlib.util.module_from_spec(spec)
-
-
-_training_package_without_torch()
+training_package_without_torch()
 from onnxruntime.training.api import CheckpointState, Module, Optimizer  # noqa: E402  (after the registration)
 
 ARTIFACT_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "checkpoint")
@@ -48,7 +37,7 @@ SPLIT_FILE = "trainable.json"  # the trainable/frozen initializer names, their g
 
 
 def quiet_onnxruntime() -> None:
-    onnxruntime.set_default_logger_severity(3)
+    ort.set_default_logger_severity(3)
 
 
 @contextmanager
@@ -168,7 +157,7 @@ class OnnxTrainer:
     def __init__(self, artifact_dir: Path, lr: float, seed: int = 0):
         self.dir = Path(artifact_dir)
         self.state = CheckpointState.load_checkpoint(str(self.dir / "checkpoint"))
-        options = onnxruntime.SessionOptions()
+        options = ort.SessionOptions()
         options.log_severity_level = 3  # training sessions log every graph transformer at INFO
         self.module = Module(str(self.dir / "training_model.onnx"), self.state, str(self.dir / "eval_model.onnx"),
                              session_options=options)
@@ -178,7 +167,7 @@ class OnnxTrainer:
         self.label_type = next(np.int32 if "int32" in i.type else np.int64 for i in self._inputs() if i.name == "labels")
 
     def _inputs(self):
-        return onnxruntime.InferenceSession(str(self.dir / "eval_model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()
+        return ort.InferenceSession(str(self.dir / "eval_model.onnx"), providers=["CPUExecutionProvider"]).get_inputs()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         self.module.train()
@@ -208,7 +197,7 @@ class OnnxTrainer:
 
     def load_parameters(self, flat: np.ndarray) -> None:
         # The binding wants the C-level value under the Python wrapper.
-        value = OrtValue.ortvalue_from_numpy(np.ascontiguousarray(flat, np.float32))
+        value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(flat, np.float32))
         self.module.copy_buffer_to_parameters(value._ortvalue, trainable_only=True)
 
     def export(self, path: Path, output_name: str = "logits") -> Path:

@@ -21,8 +21,15 @@ from zoo.train.checkpoint import latest_complete, mark_complete
 from zoo.train.parallel.base import Strategy, make_optimizer, require_world, summed_loss
 from zoo.train.parallel.pipeline import balanced_split, merge_stages
 
-# Built once by `make setup`; a JIT build in every job's first step would cost minutes.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
+
+def deepspeed_environment() -> None:
+    """What DeepSpeed reads from the environment when imported, set (unless the user set it) before a DeepSpeed
+    strategy first imports it: its CPU communication op is built once by `make setup` into the virtualenv's
+    torch-extensions folder (a JIT build in every job's first step would cost minutes), and without NVIDIA devices
+    its accelerator is the CPU (its probe would otherwise print a warning to stdout, into `--json` output)."""
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
+    if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
+        os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 def buffer_sizes(num_params: int, stage: int) -> dict:
@@ -130,6 +137,10 @@ def full_fp32_state(module: torch.nn.Module, names: dict[int, str] | None = None
 
 class _DeepSpeedBase(Strategy):
     stage = 0
+
+    def __init__(self, ctx, recipe, build_model):
+        deepspeed_environment()  # before any import of DeepSpeed in this process
+        super().__init__(ctx, recipe, build_model)
 
     def _initialize(self, model: torch.nn.Module, lr: float, micro: int, accumulation: int) -> None:
         import deepspeed  # lazy: optional and heavy (DeepSpeed); only its strategies need it
