@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 from zoo import catalog  # noqa: E402
 from zoo.data import langid, load_dataset  # noqa: E402
-from zoo.docs import baseline_runs  # noqa: E402
+from zoo.docs import report_runs  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import predict, session  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
@@ -256,7 +256,7 @@ def merged(earlier: dict, record: dict, names: list[str]) -> dict:
     """The results after `record`, a run of the entries `names`: earlier runs keep the other entries' rows (with the
     classic tools measured next to them); a task left without an entry, and a run left without a task, are dropped."""
     kept = []
-    for run in baseline_runs(earlier):
+    for run in report_runs(earlier):
         tasks = {}
         for task, result in run["tasks"].items():
             rows = [r for r in result["rows"] if r["kind"] != "entry" or r["tool"] not in names]

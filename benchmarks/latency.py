@@ -7,13 +7,16 @@ interleaved round by round (zoo.evaluate.timings), median and p90. Then, for the
 profiler per operator type (batch 32, 1 thread): which operators still run in float, how much time goes to
 (de)quantization, which QuantizeLinear/DequantizeLinear nodes onnxruntime did not fuse into an integer kernel.
 
-Writes benchmarks/results/latency.{json,md} and profiles.{json,md}; the docs show both.
+Writes benchmarks/results/latency.{json,md} and profiles.{json,md}; the docs show both. The reports hold one run per
+CPU kind (model and ISA flags): a run on this machine replaces this CPU's run and keeps the other CPUs' runs, as long
+as every file they name is still the card's (a run that measured an older build is dropped, and says so).
 
     python benchmarks/latency.py [--runs 30] [--threads 1 2] [NAME ...]
+    python benchmarks/latency.py --render     # rewrite the .md reports from the committed .json, measuring nothing
 
-With names, only those entries are measured and the committed reports keep the other entries' rows, provided they were
-measured on this CPU (model and flags) with these library versions and settings; otherwise it refuses, and every entry
-is re-measured by running it without names. Each entry records the date it was measured.
+With names, only those entries are measured and this CPU's run keeps the other entries' rows, provided it was
+measured with these library versions and settings; otherwise it refuses, and every entry is re-measured by running it
+without names. Each entry records the date it was measured.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from zoo.evaluate import (  # noqa: E402
     INT8_KERNELS, QUANTIZERS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, share, timings, why,
 )
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.provenance import cpu_info, current_versions, int8_peak  # noqa: E402
+from zoo.docs.common import report_runs  # noqa: E402
+from zoo.provenance import cpu_info, cpu_kind, current_versions, int8_peak  # noqa: E402
 from zoo.bench import FUSED, TORCH_AO_DYNAMIC, TORCH_EAGER, files, torch_runners  # noqa: E402
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
@@ -51,14 +55,16 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="entries (default: every built one)")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--render", action="store_true", help="rewrite the .md reports from the .json, measure nothing")
     args = parser.parse_args()
+    out = ROOT / "benchmarks" / "results"
+    if args.render:
+        return write(out, *committed(out))
     cpu = cpu_info()
-    label = f"{cpu['model']} ({', '.join(cpu['flags'])})"
     results: dict = {"cpu": cpu, "runs": args.runs, "batches": list(SPEED_BATCHES), "libraries": current_versions(),
                      "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "entries": {}}
     profiles: dict = {"cpu": cpu, "batch": 32, "threads": 1, "libraries": results["libraries"], "date": results["date"],
                       "entries": {}}
-    out = ROOT / "benchmarks" / "results"
     if args.names:
         results, profiles = kept(out, results, profiles)
     with tempfile.TemporaryDirectory(prefix="zoo-latency-") as tmp:
@@ -89,30 +95,84 @@ def main() -> None:
                 profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p),
                                                  "sha256": named[k][1]} for k, p in paths.items()}
             print(f"measured {name}", file=sys.stderr)
-    atomic_write_text(out / "latency.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "profiles.json", json.dumps(profiles, indent=2) + "\n")
-    latency_md = report(results, label, profiles)
-    profiles_md = profile_report(profiles, label)
+    latency_runs, profile_runs, dropped = merged(*committed(out), results, profiles)
+    for line in dropped:
+        print(line, file=sys.stderr)
+    write(out, latency_runs, profile_runs)
+
+
+def merged(latency_runs: list[dict], profile_runs: list[dict], results: dict, profiles: dict):
+    """The reports' runs after this machine's (`results`, `profiles`): it replaces its CPU's earlier run; the other
+    CPUs' runs stay while every file they measured is still the card's, and are dropped (said in `dropped`) when not.
+    Sorted by CPU kind. Returns (latency runs, profile runs, dropped)."""
+    pairs, dropped = [(results, profiles)], []
+    for run in latency_runs:
+        if same_cpu(run, results):
+            continue
+        if stale := stale_files(run):
+            dropped.append(f"dropped the run on {cpu_kind(run['cpu'])} ({run['date']}): it measured {stale[0]}, no "
+                           "longer the card's file; re-run this script on that CPU")
+            continue
+        pairs.append((run, next((p for p in profile_runs if same_cpu(p, run)), None)))
+    pairs.sort(key=lambda pair: cpu_kind(pair[0]["cpu"]))
+    return [run for run, _ in pairs], [prof for _, prof in pairs if prof], dropped
+
+
+def same_cpu(a: dict, b: dict) -> bool:
+    return (a["cpu"]["model"], a["cpu"]["flags"]) == (b["cpu"]["model"], b["cpu"]["flags"])
+
+
+def committed(out: Path) -> tuple[list[dict], list[dict]]:
+    """The committed reports' runs (latency, profiles), one per CPU kind."""
+    load = lambda name: json.loads((out / name).read_text()) if (out / name).exists() else {}  # noqa: E731
+    return report_runs(load("latency.json")), report_runs(load("profiles.json"))
+
+
+def stale_files(run: dict) -> list[str]:
+    """The files a latency run measured that are no longer the card's (fp32-fused, made at measurement time, has none)."""
+    stale = []
+    for name, entry in run["entries"].items():
+        variants = catalog.get_card(name).variants if name in catalog.list_models() else {}
+        stale += [f"{name} {k} {sha[:12]}" for k, sha in entry.get("sha256", {}).items()
+                  if sha and (k not in variants or variants[k].sha256 != sha)]
+    return stale
+
+
+def write(out: Path, latency_runs: list[dict], profile_runs: list[dict]) -> None:
+    atomic_write_text(out / "latency.json", json.dumps({"runs": latency_runs}, indent=2) + "\n")
+    atomic_write_text(out / "profiles.json", json.dumps({"runs": profile_runs}, indent=2) + "\n")
+    latency_md = "\n".join(["# onnxruntime latency, every variant side by side", "",
+                            "One run per CPU kind, each measured side by side on that machine by "
+                            "`python benchmarks/latency.py` (a run on another kind adds its own section; int8 gains "
+                            "depend on the instructions a CPU has, so a run never mixes machines).", ""]
+                           + [report(run, next((p for p in profile_runs if same_cpu(p, run)), {"entries": {}}))
+                              for run in latency_runs])
+    profiles_md = "\n".join(["# Where the time goes: onnxruntime profiles of the BERT entries", "",
+                             "One run per CPU kind; onnxruntime's profiler per operator type of the graph onnxruntime "
+                             "runs after its fusions (microseconds per run). Integer kernels: "
+                             + ", ".join(sorted(INT8_KERNELS)) + ".", ""] + [profile_report(p) for p in profile_runs])
     atomic_write_text(out / "latency.md", latency_md)
     atomic_write_text(out / "profiles.md", profiles_md)
     print(latency_md + "\n" + profiles_md)
 
 
 def kept(out: Path, results: dict, profiles: dict) -> tuple[dict, dict]:
-    """The committed reports' rows, to be updated entry by entry: only when they were measured as this run measures
-    (the same CPU model and flags, library versions, runs and batches), so one report never mixes machines."""
-    old_results = json.loads((out / "latency.json").read_text())
-    old_profiles = json.loads((out / "profiles.json").read_text())
-    same = ("cpu", "libraries", "runs", "batches")
-    differs = [k for k in same if old_results.get(k) != results[k]]
-    if differs:
-        raise SystemExit(f"error: latency.json was measured with other {', '.join(differs)} "
-                         f"({old_results.get('cpu', {}).get('model')}, {old_results.get('date')}): run "
+    """This CPU's committed run, to be updated entry by entry: only when it was measured as this run measures (the
+    same library versions, runs and batches), so one run never mixes settings."""
+    latency_runs, profile_runs = committed(out)
+    old_results = next((run for run in latency_runs if same_cpu(run, results)), None)
+    if old_results is None:
+        raise SystemExit(f"error: latency.json has no run on this CPU ({cpu_kind(results['cpu'])}): run "
                          "`python benchmarks/latency.py` without names to measure every entry on this machine")
+    old_profiles = next((run for run in profile_runs if same_cpu(run, results)), {"entries": {}})
+    differs = [k for k in ("libraries", "runs", "batches") if old_results.get(k) != results[k]]
+    if differs:
+        raise SystemExit(f"error: this CPU's run in latency.json was measured with other {', '.join(differs)} "
+                         f"({old_results.get('date')}): run `python benchmarks/latency.py` without names to measure "
+                         "every entry on this machine")
     for name, entry in old_results["entries"].items():
         entry.setdefault("date", old_results["date"])
-    return ({**results, "date": results["date"], "entries": old_results["entries"]},
-            {**profiles, "entries": old_profiles["entries"]})
+    return ({**results, "entries": old_results["entries"]}, {**profiles, "entries": old_profiles["entries"]})
 
 
 def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
@@ -121,8 +181,11 @@ def _best_fp32(per: dict, batch: str) -> tuple[str, float]:
     return best, candidates[best]
 
 
-def report(results: dict, label: str, profiles: dict) -> str:
-    lines = ["# onnxruntime latency, every variant side by side", "",
+def report(results: dict, profiles: dict) -> str:
+    """One CPU's run: every entry's table per thread count, the int8 goal against that CPU's bound, PyTorch rows."""
+    cpu = results["cpu"]
+    label = f"{cpu['model']} ({', '.join(cpu['flags'])})"
+    lines = [f"## On {cpu_kind(cpu)}", "",
              f"Measured on {label} on {results.get('date', 'an unrecorded date')} (each entry's own date in its "
              "heading) with "
              + ", ".join(f"{k} {v}" for k, v in results.get("libraries", {}).items())
@@ -133,7 +196,7 @@ def report(results: dict, label: str, profiles: dict) -> str:
     goal_rows = []
     for name, entry in results["entries"].items():
         for threads, per in entry["threads"].items():
-            lines += [f"## {name}, {threads} {'thread' if threads == '1' else 'threads'} ({entry.get('date', results['date'])})",
+            lines += [f"### {name}, {threads} {'thread' if threads == '1' else 'threads'} ({entry.get('date', results['date'])})",
                       "",
                       "| variant | sha256 | accuracy | b1 median (ms) | b1 p90 | b1 speed | b32 median (ms) | b32 p90 | "
                       "b32 speed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -158,7 +221,7 @@ def report(results: dict, label: str, profiles: dict) -> str:
              if e["family"] == "bert" and e["accuracy"].get("int8-qat") is not None}
     peak, instructions = int8_peak(results["cpu"]["flags"])
     bounds = {name: int8_bound(p[FUSED]["per_op_us"], peak) for name, p in profiles["entries"].items() if FUSED in p}
-    lines += ["## Goal: BERT int8-qat at least 2.0x the faster fp32, at least as fast as int8-ptq, within 0.5 points",
+    lines += ["### Goal: BERT int8-qat at least 2.0x the faster fp32, at least as fast as int8-ptq, within 0.5 points",
               "", f"This CPU's int8 peak is **{peak:.2f}x** fp32's multiply-accumulate throughput ({instructions}). "
               "The bound is the most int8 could gain over the fused fp32 file if every matrix product ran at that "
               "peak and every other operator as in fp32 (Amdahl's law over its profile, batch 32, 1 thread: "
@@ -206,7 +269,7 @@ def against_pytorch(results: dict) -> list[str]:
                                 f"{acc[TORCH_AO_DYNAMIC]:.4f} / {acc['int8-qat']:.4f} |")
     if not rows:
         return []
-    return ["## Against PyTorch: the same weights, eager and torch.ao dynamic int8", "",
+    return ["### Against PyTorch: the same weights, eager and torch.ao dynamic int8", "",
             "What a user would run without the zoo's ONNX files, timed in the same rounds as the files above: the fp32 "
             "file's weights in the family's PyTorch module (torch-eager), and after `torch.ao.quantization."
             "quantize_dynamic` of its Linear layers (torch-ao-dynamic, qint8 weights), each with torch's intra-op "
@@ -220,13 +283,14 @@ def against_pytorch(results: dict) -> list[str]:
             *rows, ""]
 
 
-def profile_report(profiles: dict, label: str) -> str:
-    lines = ["# Where the time goes: onnxruntime profiles of the BERT entries", "",
-             f"onnxruntime's profiler on {label}, batch {profiles['batch']}, {profiles['threads']} thread, per "
-             "operator type of the graph onnxruntime runs after its fusions (microseconds per run). Integer kernels: "
-             + ", ".join(sorted(INT8_KERNELS)) + ".", ""]
+def profile_report(profiles: dict) -> str:
+    """One CPU's profiles: per BERT entry, where each variant's time goes."""
+    cpu = profiles["cpu"]
+    lines = [f"## On {cpu_kind(cpu)}", "",
+             f"onnxruntime's profiler on {cpu['model']} ({', '.join(cpu['flags'])}) on {profiles.get('date')}, batch "
+             f"{profiles['batch']}, {profiles['threads']} thread.", ""]
     for name, variants in profiles["entries"].items():
-        lines += [f"## {name}", "", "| variant | total (ms) | integer kernels | (de)quantization | float operators | "
+        lines += [f"### {name}", "", "| variant | total (ms) | integer kernels | (de)quantization | float operators | "
                   "unfused Q/DQ nodes | top operators |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for key, data in variants.items():
             prof, graph = data["per_op_us"], Counter(data["graph"])

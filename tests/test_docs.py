@@ -184,7 +184,7 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
     """benchmarks/baselines.py's rows reach a model page only for the files whose sha256 is the card's."""
     import json
 
-    from zoo.docs import RESULTS, baseline_runs, baselines_section
+    from zoo.docs import RESULTS, report_runs, baselines_section
 
     card = catalog.get_card("digits-cnn")
     fp32 = card.variants["fp32"]
@@ -209,7 +209,7 @@ def test_model_pages_show_the_classic_tools_measured_on_this_build():
     assert "Not measured on this build by `python benchmarks/baselines.py`: not in the store" in \
         "\n".join(baselines_section(card, results))
     # The committed results are of the catalog's current files: every built entry of a task with a classic tool.
-    tasks = [task for run in baseline_runs(json.loads((RESULTS / "baselines.json").read_text()))
+    tasks = [task for run in report_runs(json.loads((RESULTS / "baselines.json").read_text()))
              for task in run["tasks"].values()]
     measured = {(r["tool"], r["variant"], r["sha256"]) for task in tasks for r in task["rows"] if r["kind"] == "entry"}
     # A file the benchmark could not fetch is listed with its reason (and said so on its page), never silently left out.
@@ -294,14 +294,18 @@ def test_a_transformer_page_says_where_int8_time_goes_and_the_cpu_limit():
     from zoo.docs.common import RESULTS
     from zoo.docs.model_page import int8_time
     from zoo.evaluate import int8_bound
-    from zoo.provenance import int8_peak
+    from zoo.provenance import cpu_kind, int8_peak
 
     profiles = json.loads((RESULTS / "profiles.json").read_text())
     card = catalog.get_card("bert-tiny")
     lines = " ".join(int8_time(card, profiles))
-    peak = int8_peak(profiles["cpu"]["flags"])[0]
-    bound = int8_bound(profiles["entries"]["bert-tiny"]["fp32-fused"]["per_op_us"], peak)
-    assert "integer kernels" in lines and f"at most {peak:.2f}x" in lines and f"{bound:.2f}x" in lines, lines
+    assert profiles["runs"], "profiles.json holds no run"
+    for run in profiles["runs"]:  # one sentence per CPU kind that measured this build's file
+        peak = int8_peak(run["cpu"]["flags"])[0]
+        bound = int8_bound(run["entries"]["bert-tiny"]["fp32-fused"]["per_op_us"], peak)
+        assert f"on {cpu_kind(run['cpu'])}" in lines and f"at most {peak:.2f}x" in lines and f"{bound:.2f}x" in lines
+    assert "integer kernels" in lines, lines
     stale = json.loads(json.dumps(profiles))
-    stale["entries"]["bert-tiny"]["int8-qat"]["sha256"] = "0" * 64
+    for run in stale["runs"]:
+        run["entries"]["bert-tiny"]["int8-qat"]["sha256"] = "0" * 64
     assert int8_time(card, stale) == [] and int8_time(catalog.get_card("digits-cnn"), profiles) == []

@@ -3,6 +3,8 @@ the current card, with the machine, libraries and date it was measured on, and n
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import json
 
 import pytest
@@ -33,16 +35,21 @@ def current(name: str, variant: str, sha256: str, report: str) -> None:
 
 @pytest.mark.parametrize("report", ["latency.json", "profiles.json"])
 def test_latency_reports_name_the_current_files(report):
-    data = json.loads((RESULTS / report).read_text())
-    assert data["cpu"]["model"] and data["cpu"]["flags"] and data["libraries"]["onnxruntime"] and data["date"]
-    for name, entry in data["entries"].items():
-        files = entry["sha256"] if report == "latency.json" else {k: v["sha256"] for k, v in entry.items()}
-        for variant, sha in files.items():
-            if sha:  # fp32-fused is made from fp32 at measurement time
-                current(name, variant, sha, report)
-    wanted = measurable() if report == "latency.json" else {n for n in measurable()
-                                                            if model_spec(CARDS[n].card.architecture).transformer}
-    assert wanted <= set(data["entries"]), f"{report} lacks {sorted(wanted - set(data['entries']))}: re-run it"
+    """One run per CPU kind, each naming its machine, libraries and date, only the current cards' files, and every
+    entry anyone can fetch."""
+    runs = json.loads((RESULTS / report).read_text())["runs"]
+    machines = [(run["cpu"]["model"], tuple(run["cpu"]["flags"])) for run in runs]
+    assert runs and len(set(machines)) == len(machines), f"{report}: one run per CPU kind, got {machines}"
+    for data in runs:
+        assert data["cpu"]["model"] and data["cpu"]["flags"] and data["libraries"]["onnxruntime"] and data["date"]
+        for name, entry in data["entries"].items():
+            files = entry["sha256"] if report == "latency.json" else {k: v["sha256"] for k, v in entry.items()}
+            for variant, sha in files.items():
+                if sha:  # fp32-fused is made from fp32 at measurement time
+                    current(name, variant, sha, report)
+        wanted = measurable() if report == "latency.json" else {n for n in measurable()
+                                                                if model_spec(CARDS[n].card.architecture).transformer}
+        assert wanted <= set(data["entries"]), f"{report} lacks {sorted(wanted - set(data['entries']))}: re-run it"
 
 
 def test_baselines_report_names_the_current_files():
@@ -57,3 +64,26 @@ def test_baselines_report_names_the_current_files():
                     measured.add(row["tool"])
     missing = {n for n in measurable() if CARDS[n].card.task in {t for r in data["runs"] for t in r["tasks"]}} - measured
     assert not missing, f"baselines.json lacks {sorted(missing)}: python benchmarks/baselines.py {' '.join(sorted(missing))}"
+
+
+def test_a_run_on_another_cpu_is_added_and_a_stale_one_dropped():
+    """benchmarks/latency.py keeps one run per CPU kind: a run on this machine replaces its CPU's earlier run, leaves
+    the other CPUs' runs while their files are the cards', and drops (and names) a run that measured an older file."""
+    spec = importlib.util.spec_from_file_location("latency", REPO / "benchmarks" / "latency.py")
+    latency = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(latency)
+    committed_runs, committed_profiles = latency.committed(RESULTS)
+    earlier = committed_runs[0]
+    other = {**copy.deepcopy(earlier), "cpu": {**earlier["cpu"], "flags": ["sse4_2", "avx", "avx2", "fma"]},
+             "entries": {}}
+    other_profiles = {**committed_profiles[0], "cpu": other["cpu"], "entries": {}}
+    runs, profiles, dropped = latency.merged(committed_runs, committed_profiles, other, other_profiles)
+    assert runs == sorted([*committed_runs, other], key=lambda r: latency.cpu_kind(r["cpu"])) and not dropped
+    assert len(profiles) == len(committed_profiles) + 1
+    again, _, _ = latency.merged(runs, profiles, {**other, "date": "later"}, other_profiles)  # same CPU: replaced
+    assert [r.get("date") for r in again if r["cpu"] == other["cpu"]] == ["later"] and len(again) == len(runs)
+    stale = copy.deepcopy(earlier)
+    name, entry = next(iter(stale["entries"].items()))
+    entry["sha256"]["fp32"] = "0" * 64
+    runs, _, dropped = latency.merged([stale], committed_profiles, other, other_profiles)
+    assert runs == [other] and len(dropped) == 1 and f"{name} fp32 000000000000" in dropped[0], dropped

@@ -148,6 +148,15 @@ def int8_peak(flags: list[str] | set[str] | None = None) -> tuple[float, str]:
     return 8 / 3, "SSE PMADDUBSW + PMADDWD + PADDD (4 int8 MACs per lane in 3 instructions) vs MULPS + ADDPS (1 in 2)"
 
 
+def cpu_kind(cpu: dict) -> str:
+    """A CPU (cpu_info's record) in a few words: its model and the widest instructions the kernels use on it."""
+    have = set(cpu.get("flags", []))
+    widest = ("AMX" if {"amx_tile", "amx_int8"} <= have else "AVX-512 VNNI" if "avx512_vnni" in have else
+              "AVX-VNNI" if "avx_vnni" in have else "AVX-512" if "avx512f" in have else
+              "AVX2" if "avx2" in have else "SSE")
+    return f"{cpu.get('model', 'an unrecorded CPU')}, {widest}"
+
+
 def machine_differences(training, cpu_matters: bool = True) -> list[str]:
     """How this machine differs from a card's build record (`training`: its CPU flags and library versions): empty
     when the same bytes are promised here. The CPU model name may differ; `cpu_matters=False` for files whose bytes

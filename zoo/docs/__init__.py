@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoo import catalog
-from zoo.docs.baselines import baseline_runs, baselines_section
+from zoo.docs.baselines import baselines_section
 from zoo.docs.catalog_pages import index_page, preview
-from zoo.docs.common import DOCS, RESULTS, load_json
+from zoo.docs.common import DOCS, RESULTS, load_json, report_runs
 from zoo.docs.model_page import model_page, validation_verdicts
 from zoo.docs.reference import benchmarks_page, kinds_reference, recipes_reference
 from zoo.fsutil import atomic_write_text
 
-__all__ = ["generate", "model_page", "index_page", "kinds_reference", "validation_verdicts", "baseline_runs", "baselines_section",
+__all__ = ["generate", "model_page", "index_page", "kinds_reference", "validation_verdicts", "report_runs", "baselines_section",
            "RESULTS"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from zoo.cards import ModelCard
+from zoo.docs.common import report_runs
 
 
 def baselines_section(c: ModelCard, results: dict) -> list[str]:
@@ -10,16 +11,10 @@ def baselines_section(c: ModelCard, results: dict) -> list[str]:
     speed side by side, from the one run that measured this build's files (the classic tools were measured in the
     same run, on the same machine); only files whose sha256 is the card's (an older build's numbers are not shown as
     this one's)."""
-    for record in baseline_runs(results):
+    for record in report_runs(results):
         if lines := _baselines_run(c, record):
             return lines
     return []
-
-
-def baseline_runs(results: dict) -> list[dict]:
-    """The runs of benchmarks/baselines.json, each measured on one machine (results written before runs were kept
-    apart hold one run at the top level)."""
-    return results.get("runs", [results] if "tasks" in results else [])
 
 
 def _baselines_run(c: ModelCard, record: dict) -> list[str]:

@@ -19,6 +19,13 @@ def load_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def report_runs(results: dict) -> list[dict]:
+    """The runs of a benchmark report (benchmarks/results/*.json), each measured on one machine; reports written
+    before runs were kept apart hold their one run at the top level."""
+    runs = results.get("runs")  # a list of runs; inside a latency run, "runs" counts its timed repetitions
+    return runs if isinstance(runs, list) else [results] if results else []
+
+
 def fmt(value: float | None, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 

@@ -9,7 +9,7 @@ from zoo import catalog
 from zoo.cards import ModelCard
 from zoo.data import load_dataset
 from zoo.docs.baselines import baselines_section
-from zoo.docs.common import RESULTS, fmt, load_json, md_text, shape_text, size_cell, variant_type
+from zoo.docs.common import RESULTS, fmt, load_json, md_text, report_runs, shape_text, size_cell, variant_type
 from zoo.docs.plots import plots
 from zoo.evaluate import int8_bound, why
 from zoo.fsutil import human_size, plural
@@ -20,7 +20,7 @@ from zoo.recipes import load_recipe
 from zoo.registry import model_name, model_uri
 from zoo.store.build_on_miss import build_estimate, buildable, planned_processes
 from zoo.kinds import kind_of, slower_than_fp32
-from zoo.provenance import int8_peak
+from zoo.provenance import cpu_kind, int8_peak
 
 def launcher_commands(architecture: str, recipe: str, processes: int = 2) -> list[str]:
     """Each launcher's command with its default layout (zoo.layouts), for the launchers whose layout this
@@ -222,22 +222,26 @@ def speed_section(c: ModelCard) -> list[str]:
 
 def int8_time(c: ModelCard, profiles: dict | None = None) -> list[str]:
     """For a transformer whose int8-qat file the committed profiles measured (the same sha256): where its time goes,
-    and the most int8 could gain on that CPU (its int8 peak, Amdahl's law over the fused fp32 profile)."""
+    and the most int8 could gain on that CPU (its int8 peak, Amdahl's law over the fused fp32 profile); one sentence
+    per CPU kind that measured it."""
     profiles = load_json(RESULTS / "profiles.json") if profiles is None else profiles
-    measured = profiles.get("entries", {}).get(c.name, {})
     # The int8 file made by training (int8-qat): the kinds table says which, not its name.
     trained = [k for k, v in c.variants.items() if kind_of(k, v).int8 and kind_of(k, v).made == "training"]
     key = trained[0] if trained else None
-    qat, fused = measured.get(key), measured.get("fp32-fused")
-    if not qat or not fused or qat.get("sha256") != c.variants[key].sha256:
-        return []
-    peak, instructions = int8_peak(profiles["cpu"]["flags"])
-    return ["", f"Where {key}'s time goes (onnxruntime's profiler, batch {profiles['batch']}, "
-                f"{plural(profiles['threads'], 'thread')}, {profiles['cpu']['model']}): "
-                f"{why(qat['per_op_us'], Counter(qat['graph']))}. Integer arithmetic speeds up only the matrix "
-                f"products, by at most {peak:.2f}x on that CPU ({instructions}); with every other operator as in fp32, "
-                f"the most int8 could gain over the fused fp32 file is {int8_bound(fused['per_op_us'], peak):.2f}x "
-                "(the latency report's goal table, on the Benchmarks page, has each measured speed next to it)."]
+    lines = []
+    for run in report_runs(profiles):
+        measured = run.get("entries", {}).get(c.name, {})
+        qat, fused = measured.get(key), measured.get("fp32-fused")
+        if not qat or not fused or qat.get("sha256") != c.variants[key].sha256:
+            continue
+        peak, instructions = int8_peak(run["cpu"]["flags"])
+        lines += ["", f"Where {key}'s time goes on {cpu_kind(run['cpu'])} (onnxruntime's profiler, batch {run['batch']}, "
+                      f"{plural(run['threads'], 'thread')}): {why(qat['per_op_us'], Counter(qat['graph']))}. Integer "
+                      f"arithmetic speeds up only the matrix products, by at most {peak:.2f}x on that CPU "
+                      f"({instructions}); with every other operator as in fp32, the most int8 could gain over the fused "
+                      f"fp32 file is {int8_bound(fused['per_op_us'], peak):.2f}x (the latency report's goal table, on "
+                      "the Benchmarks page, has each measured speed next to it)."]
+    return lines
 
 
 def ondevice_section(c) -> list[str]:
