@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import REPO, failed_run, free_port
+from tests.helpers import REPO, failed_run, free_port, made_once
 
 BIN = Path(sys.executable).parent
 SGD = ["optimizer.name=sgd", "optimizer.lr=0.05", "quantization.scheme=none", "export.variants=[fp32]",
@@ -76,18 +76,28 @@ def check_same_model(reference: Path, out: Path, world_size: int, strategy: str)
     assert got["variants"]["fp32"]["accuracy"] == pytest.approx(ref["variants"]["fp32"]["accuracy"], abs=1e-9)
 
 
+# The one-process runs every layout is compared with, made once per test run (tests/helpers.py made_once): in the
+# single-process part of `make test` (test_the_one_process_references_train_and_export), so the tests that hold both
+# CPUs only read them.
 @pytest.fixture(scope="module")
-def cnn_reference(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("cnn-ref")
-    run(single(tmp / "out", *CNN), tmp)
-    return tmp / "out"
+def cnn_reference() -> Path:
+    return made_once("parallel-cnn-reference", lambda folder: run(single(folder / "out", *CNN), folder)) / "out"
 
 
 @pytest.fixture(scope="module")
-def bert_reference(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("bert-ref")
-    run(single(tmp / "out", "--recipe", "dp-tp", *BERT, "parallelism.strategy=ddp"), tmp)
-    return tmp / "out"
+def bert_reference() -> Path:
+    def make(folder: Path) -> None:
+        run(single(folder / "out", "--recipe", "dp-tp", *BERT, "parallelism.strategy=ddp"), folder)
+
+    return made_once("parallel-bert-reference", make) / "out"
+
+
+def test_the_one_process_references_train_and_export(cnn_reference, bert_reference):
+    for out in (cnn_reference, bert_reference):
+        got = summary(out)
+        assert got["world_size"] == 1 and (out / "model.pt").is_file() and (out / "model.onnx").is_file()
+        phase = got["phases"]["fp32"]
+        assert phase["final_loss"] < phase["first_loss"] and got["variants"]["fp32"]["accuracy"] > 0
 
 
 @ranks
