@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import REPO, train_onnx
 from zoo.metadata import read_metadata
-from zoo.federated.fleet import write_shard
+from zoo.fleet import write_shard
 from zoo.federated.run import LocalFederation
 from zoo.recipes import load_recipe
 from zoo.pointer import sha256_file

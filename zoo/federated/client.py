@@ -4,7 +4,7 @@ What a device needs and nothing more — numpy, onnx, onnxruntime-training, flwr
 (zoo.ondevice.engine loads onnxruntime-training's api without its torch-importing package `__init__`). A SuperNode's
 node config names its copy of the fp32 file (`base-onnx`), its shard of the data (`data`: an .npz with `x` and `y`,
 what the device holds) and `partition-id`; virtual SuperNodes of the simulation runtime have no data file, and their
-shard is computed from the recipe's dataset (zoo.federated.fleet, which does use torch).
+shard is computed from the recipe's dataset (zoo.fleet, which does use torch).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def node_data(context: Context, recipe: Recipe, client: int) -> tuple[np.ndarray
     if data:
         with np.load(str(data)) as held:
             return held["x"], held["y"]
-    from zoo.federated.fleet import client_shard  # lazy: the simulation's virtual nodes only (torch datasets)
+    from zoo.fleet import client_shard  # lazy: the simulation's virtual nodes only (torch datasets)
 
     return client_shard(recipe, client)
 

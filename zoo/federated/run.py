@@ -32,7 +32,7 @@ from cryptography.x509.oid import NameOID
 from zoo.catalog import require_content
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
-from zoo.federated.fleet import write_shard
+from zoo.fleet import write_shard
 from zoo.fsutil import atomic_write_bytes, atomic_write_text
 from zoo.recipes import Recipe, load_recipe, recipe_path
 from zoo.store.fetch import fetch

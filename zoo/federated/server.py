@@ -14,7 +14,7 @@ from zoo.errors import ZooError
 from zoo.evaluate import accuracy
 from zoo.metadata import read_metadata, write_metadata
 from zoo.federated.client import model_state
-from zoo.federated.fleet import fleet_data
+from zoo.fleet import fleet_data
 from zoo.fsutil import atomic_write_bytes, atomic_write_text
 from zoo.ondevice.engine import OnnxTrainer, quiet_onnxruntime, training_artifacts
 from zoo.pointer import sha256_file

@@ -26,7 +26,7 @@ from zoo.config import REPO_ROOT
 from zoo.data import Dataset, load_dataset
 from zoo.errors import ZooError
 from zoo.evaluate import accuracy
-from zoo.federated.fleet import fleet_data, fleet_dataset
+from zoo.fleet import fleet_data, fleet_dataset
 from zoo.fsutil import atomic_copy
 from zoo.models import model_spec
 from zoo.ondevice.engine import OnnxTrainer, pack_artifacts, read_split, training_artifacts, unpack_artifacts
