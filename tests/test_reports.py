@@ -74,11 +74,12 @@ def test_a_run_on_another_cpu_is_added_and_a_stale_one_dropped():
     spec.loader.exec_module(latency)
     committed_runs, committed_profiles = latency.committed(RESULTS)
     earlier = committed_runs[0]
-    other = {**copy.deepcopy(earlier), "cpu": {**earlier["cpu"], "flags": ["sse4_2", "avx", "avx2", "fma"]},
+    other = {**copy.deepcopy(earlier), "cpu": {**earlier["cpu"], "model": "A test CPU", "flags": ["sse4_2"]},
              "entries": {}}
     other_profiles = {**committed_profiles[0], "cpu": other["cpu"], "entries": {}}
     runs, profiles, dropped = latency.merged(committed_runs, committed_profiles, other, other_profiles)
-    assert runs == sorted([*committed_runs, other], key=lambda r: latency.cpu_kind(r["cpu"])) and not dropped
+    assert runs == sorted([*committed_runs, other], key=lambda r: (latency.cpu_kind(r["cpu"]), r["cpu"]["flags"]))
+    assert not dropped
     assert len(profiles) == len(committed_profiles) + 1
     again, _, _ = latency.merged(runs, profiles, {**other, "date": "later"}, other_profiles)  # same CPU: replaced
     assert [r.get("date") for r in again if r["cpu"] == other["cpu"]] == ["later"] and len(again) == len(runs)

@@ -131,9 +131,12 @@ def cpu_info() -> dict:
 def int8_peak(flags: list[str] | set[str] | None = None) -> tuple[float, str]:
     """The most int8 can gain over fp32 on this CPU (or one with `flags`): the ratio of multiply-accumulates per cycle
     of the int8 kernels onnxruntime's MLAS runs here to its fp32 ones, from the best instructions the CPU has, and
-    what they are. Per instruction on vectors of the same width: AMX's TDPBUSD does 1,024 int8 MACs a cycle against
-    AVX-512's 32 fp32 FMAs (32x); VNNI's VPDPBUSD does 4 int8 MACs per 32-bit lane in one instruction, FMA 1 (4x);
-    without VNNI, VPMADDUBSW + VPMADDWD + VPADDD take three instructions for those 4 MACs (4/3x)."""
+    what they are. Counted in multiplying instructions on vectors of the same width (an accumulating add runs on the
+    integer adders beside them): AMX's TDPBUSD does 1,024 int8 MACs a cycle against AVX-512's 32 fp32 FMAs (32x);
+    VNNI's VPDPBUSD does 4 int8 MACs per 32-bit lane in one instruction, FMA 1 (4x); without VNNI, VPMADDUBSW then
+    VPMADDWD take two for those 4 MACs (2x). Measured: on an AVX2-only EPYC, int8-qat ran up to 1.64x the fused fp32
+    file with a fifth of its time outside matrix products, more than a 4/3x peak (the three instructions VPMADDUBSW +
+    VPMADDWD + VPADDD counted alike) would allow (benchmarks/results/latency.md)."""
     have = set(cpu_info()["flags"] if flags is None else flags)
     if {"amx_tile", "amx_int8"} <= have:
         return 32.0, "AMX TDPBUSD (1,024 int8 MACs a cycle) vs AVX-512 FMA (32 fp32)"
@@ -142,10 +145,10 @@ def int8_peak(flags: list[str] | set[str] | None = None) -> tuple[float, str]:
     if "avx_vnni" in have:
         return 4.0, "AVX-VNNI VPDPBUSD (4 int8 MACs per 32-bit lane) vs AVX2 FMA (1)"
     if "avx512bw" in have:
-        return 4 / 3, "AVX-512BW VPMADDUBSW + VPMADDWD + VPADDD (4 int8 MACs per lane in 3 instructions) vs FMA (1)"
+        return 2.0, "AVX-512BW VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"
     if "avx2" in have:
-        return 4 / 3, "AVX2 VPMADDUBSW + VPMADDWD + VPADDD (4 int8 MACs per lane in 3 instructions) vs FMA (1)"
-    return 8 / 3, "SSE PMADDUBSW + PMADDWD + PADDD (4 int8 MACs per lane in 3 instructions) vs MULPS + ADDPS (1 in 2)"
+        return 2.0, "AVX2 VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"
+    return 2.0, "SSE PMADDUBSW + PMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs MULPS (1)"
 
 
 def cpu_kind(cpu: dict) -> str:
