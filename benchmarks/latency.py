@@ -41,7 +41,7 @@ from zoo.evaluate import (  # noqa: E402
     INT8_KERNELS, QUANTIZERS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, share, timings, why,
 )
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.docs.common import report_runs  # noqa: E402
+from zoo.docs.common import load_json, report_runs  # noqa: E402
 from zoo.provenance import cpu_info, cpu_kind, current_versions, int8_peak  # noqa: E402
 from zoo.bench import FUSED, TORCH_AO_DYNAMIC, TORCH_EAGER, files, torch_runners  # noqa: E402
 
@@ -113,7 +113,7 @@ def merged(latency_runs: list[dict], profile_runs: list[dict], results: dict, pr
             dropped.append(f"dropped the run on {cpu_kind(run['cpu'])} ({run['date']}): it measured {stale[0]}, no "
                            "longer the card's file; re-run this script on that CPU")
             continue
-        pairs.append((run, next((p for p in profile_runs if same_cpu(p, run)), None)))
+        pairs.append((run, on_cpu(profile_runs, run)))
     pairs.sort(key=lambda pair: (cpu_kind(pair[0]["cpu"]), pair[0]["cpu"]["flags"]))
     return [run for run, _ in pairs], [prof for _, prof in pairs if prof], dropped
 
@@ -122,17 +122,21 @@ def same_cpu(a: dict, b: dict) -> bool:
     return (a["cpu"]["model"], a["cpu"]["flags"]) == (b["cpu"]["model"], b["cpu"]["flags"])
 
 
+def on_cpu(runs: list[dict], run: dict, default=None):
+    """The run of `runs` measured on `run`'s CPU (model and flags), else `default`."""
+    return next((other for other in runs if same_cpu(other, run)), default)
+
+
 def committed(out: Path) -> tuple[list[dict], list[dict]]:
     """The committed reports' runs (latency, profiles), one per CPU kind."""
-    load = lambda name: json.loads((out / name).read_text()) if (out / name).exists() else {}  # noqa: E731
-    return report_runs(load("latency.json")), report_runs(load("profiles.json"))
+    return report_runs(load_json(out / "latency.json")), report_runs(load_json(out / "profiles.json"))
 
 
 def stale_files(run: dict) -> list[str]:
     """The files a latency run measured that are no longer the card's (fp32-fused, made at measurement time, has none)."""
-    stale = []
+    stale, names = [], set(catalog.list_models())
     for name, entry in run["entries"].items():
-        variants = catalog.get_card(name).variants if name in catalog.list_models() else {}
+        variants = catalog.get_card(name).variants if name in names else {}
         stale += [f"{name} {k} {sha[:12]}" for k, sha in entry.get("sha256", {}).items()
                   if sha and (k not in variants or variants[k].sha256 != sha)]
     return stale
@@ -145,7 +149,7 @@ def write(out: Path, latency_runs: list[dict], profile_runs: list[dict]) -> None
                             "One run per CPU kind, each measured side by side on that machine by "
                             "`python benchmarks/latency.py` (a run on another kind adds its own section; int8 gains "
                             "depend on the instructions a CPU has, so a run never mixes machines).", ""]
-                           + [report(run, next((p for p in profile_runs if same_cpu(p, run)), {"entries": {}}))
+                           + [report(run, on_cpu(profile_runs, run, {"entries": {}}))
                               for run in latency_runs])
     profiles_md = "\n".join(["# Where the time goes: onnxruntime profiles of the BERT entries", "",
                              "One run per CPU kind; onnxruntime's profiler per operator type of the graph onnxruntime "
@@ -160,11 +164,11 @@ def kept(out: Path, results: dict, profiles: dict) -> tuple[dict, dict]:
     """This CPU's committed run, to be updated entry by entry: only when it was measured as this run measures (the
     same library versions, runs and batches), so one run never mixes settings."""
     latency_runs, profile_runs = committed(out)
-    old_results = next((run for run in latency_runs if same_cpu(run, results)), None)
+    old_results = on_cpu(latency_runs, results)
     if old_results is None:
         raise SystemExit(f"error: latency.json has no run on this CPU ({cpu_kind(results['cpu'])}): run "
                          "`python benchmarks/latency.py` without names to measure every entry on this machine")
-    old_profiles = next((run for run in profile_runs if same_cpu(run, results)), {"entries": {}})
+    old_profiles = on_cpu(profile_runs, results, {"entries": {}})
     differs = [k for k in ("libraries", "runs", "batches") if old_results.get(k) != results[k]]
     if differs:
         raise SystemExit(f"error: this CPU's run in latency.json was measured with other {', '.join(differs)} "

@@ -138,26 +138,25 @@ def int8_peak(flags: list[str] | set[str] | None = None) -> tuple[float, str]:
     file with a fifth of its time outside matrix products, more than a 4/3x peak (the three instructions VPMADDUBSW +
     VPMADDWD + VPADDD counted alike) would allow (benchmarks/results/latency.md)."""
     have = set(cpu_info()["flags"] if flags is None else flags)
-    if {"amx_tile", "amx_int8"} <= have:
-        return 32.0, "AMX TDPBUSD (1,024 int8 MACs a cycle) vs AVX-512 FMA (32 fp32)"
-    if "avx512_vnni" in have:
-        return 4.0, "AVX512-VNNI VPDPBUSD (4 int8 MACs per 32-bit lane) vs AVX-512 FMA (1)"
-    if "avx_vnni" in have:
-        return 4.0, "AVX-VNNI VPDPBUSD (4 int8 MACs per 32-bit lane) vs AVX2 FMA (1)"
-    if "avx512bw" in have:
-        return 2.0, "AVX-512BW VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"
-    if "avx2" in have:
-        return 2.0, "AVX2 VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"
-    return 2.0, "SSE PMADDUBSW + PMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs MULPS (1)"
+    return next((peak, instructions) for _, needs, peak, instructions in _INT8_TIERS if needs <= have)
+
+
+# The instructions onnxruntime's int8 kernels use, best first: (name, flags it needs, int8:fp32 MACs per cycle, what).
+_INT8_TIERS = [
+    ("AMX", {"amx_tile", "amx_int8"}, 32.0, "AMX TDPBUSD (1,024 int8 MACs a cycle) vs AVX-512 FMA (32 fp32)"),
+    ("AVX-512 VNNI", {"avx512_vnni"}, 4.0, "AVX512-VNNI VPDPBUSD (4 int8 MACs per 32-bit lane) vs AVX-512 FMA (1)"),
+    ("AVX-VNNI", {"avx_vnni"}, 4.0, "AVX-VNNI VPDPBUSD (4 int8 MACs per 32-bit lane) vs AVX2 FMA (1)"),
+    ("AVX-512BW", {"avx512bw"}, 2.0,
+     "AVX-512BW VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"),
+    ("AVX2", {"avx2"}, 2.0, "AVX2 VPMADDUBSW + VPMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs FMA (1)"),
+    ("SSE", set(), 2.0, "SSE PMADDUBSW + PMADDWD (4 int8 MACs per 32-bit lane in 2 multiplying instructions) vs MULPS (1)"),
+]
 
 
 def cpu_kind(cpu: dict) -> str:
-    """A CPU (cpu_info's record) in a few words: its model and the widest instructions the kernels use on it."""
+    """A CPU (cpu_info's record) in a few words: its model and the best instructions its int8 kernels use."""
     have = set(cpu.get("flags", []))
-    widest = ("AMX" if {"amx_tile", "amx_int8"} <= have else "AVX-512 VNNI" if "avx512_vnni" in have else
-              "AVX-VNNI" if "avx_vnni" in have else "AVX-512" if "avx512f" in have else
-              "AVX2" if "avx2" in have else "SSE")
-    return f"{cpu.get('model', 'an unrecorded CPU')}, {widest}"
+    return f"{cpu.get('model', 'an unrecorded CPU')}, {next(name for name, needs, _, _ in _INT8_TIERS if needs <= have)}"
 
 
 def machine_differences(training, cpu_matters: bool = True) -> list[str]:
