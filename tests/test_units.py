@@ -14,11 +14,13 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from zoo.errors import ZooError
 from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
 from zoo.ort import ort
 from zoo.store.verified_writes import HashingWriter
+from zoo.train.launch import root_failure
 from zoo.train.schedule import BatchPlan, Phase, lr_at
 from zoo.variants.checks import Row, summary_line
 
@@ -271,3 +273,21 @@ def test_int8_bound_is_amdahls_law_over_the_matrix_products():
     profile = {"MatMul": 50.0, "Attention": 30.0, "BiasGelu": 15.0, "SkipLayerNormalization": 5.0}
     assert int8_bound(profile, 4.0) == pytest.approx(2.5)
     assert int8_bound(profile, 1.0) == pytest.approx(1.0) and int8_bound({"Add": 1.0}, 32.0) == pytest.approx(1.0)
+
+
+def test_the_root_failure_is_the_rank_that_failed_not_the_one_torchrun_stopped():
+    # Both collected within one second and without error files: torchrun's own get_first_failure names rank 0.
+    failed = ProcessFailure(local_rank=1, pid=12, exitcode=1, error_file="")
+    stopped = ProcessFailure(local_rank=0, pid=11, exitcode=-15, error_file="")
+    stopped.timestamp = failed.timestamp
+    exc = ChildFailedError("launchers/ddp.py", {0: stopped, 1: failed})
+    assert exc.get_first_failure()[0] == 0
+    assert root_failure(exc) == (1, failed)
+    # Two ranks failing on their own: the earlier one, and by rank when the second is the same.
+    later = ProcessFailure(local_rank=0, pid=11, exitcode=2, error_file="")
+    later.timestamp = failed.timestamp + 1
+    assert root_failure(ChildFailedError("x", {0: later, 1: failed}))[0] == 1
+    later.timestamp = failed.timestamp
+    assert root_failure(ChildFailedError("x", {0: later, 1: failed}))[0] == 0
+    # Every rank stopped by a signal (an OOM kill, a node lost): still one of them, not an error.
+    assert root_failure(ChildFailedError("x", {1: stopped}))[0] == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 from torch.distributed import run as elastic
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
 from rich.table import Table
 
 from zoo.config import REPO_ROOT
@@ -188,9 +188,21 @@ def torchrun(launcher_argv: list[str], nproc_per_node: int = 1, nnodes: int = 1,
     try:
         elastic.run(options)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
+        rank, failure = root_failure(exc)
         raise ZooError(f"training stopped: rank {rank} exited with code {failure.exitcode} "
                        f"(its output is above); launchers/{launcher}.py {shlex.join(launcher_argv)}") from None
+
+
+def root_failure(exc: ChildFailedError) -> tuple[int, ProcessFailure]:
+    """The worker that stopped the job: a rank that exited on its own before those torchrun then stopped.
+
+    torchrun's `get_first_failure` goes by timestamp, in whole seconds and, without an error file, taken when the
+    agent collected the exits: the rank it killed (a signal, negative code) ties with the one that failed and, being
+    lower, was named instead (seen in CI: 'rank 0 exited with code -15' for rank 1's fault)."""
+    def order(item: tuple[int, ProcessFailure]) -> tuple[bool, int, int]:
+        rank, failure = item
+        return failure.exitcode < 0, failure.timestamp, rank
+    return min(exc.failures.items(), key=order)
 
 
 def _report(summary: RunSummary, output_dir: Path) -> None:
