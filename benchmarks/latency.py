@@ -38,12 +38,14 @@ from zoo import catalog  # noqa: E402
 from zoo.data import load_dataset  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.evaluate import (  # noqa: E402
-    INT8_KERNELS, QUANTIZERS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, share, timings, why,
+    INT8_KERNELS, QUANTIZERS, SPEED_BATCHES, int8_bound, kernel_counts, op_profile, session_runner, share, timings, why,
 )
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.docs.common import load_json, report_runs  # noqa: E402
 from zoo.provenance import cpu_info, cpu_kind, current_versions, int8_peak  # noqa: E402
-from zoo.bench import FUSED, TORCH_AO_DYNAMIC, TORCH_EAGER, files, torch_runners  # noqa: E402
+from zoo.bench import (  # noqa: E402
+    FUSED, QAT_NO_SPIN, QAT_OPTIMIZED, TORCH_AO_DYNAMIC, TORCH_EAGER, TRIED, files, torch_runners, tried_routes,
+)
 
 GOAL = 2.0  # issue 16: int8-qat at least twice as fast as the faster fp32, at batch 1 and 32, 1 and 2 threads
 MAX_DROP = 0.005  # ... losing at most half a point of accuracy
@@ -80,20 +82,26 @@ def main() -> None:
             x = test.x.numpy()
             # What a user would run instead, in the same rounds: the fp32 weights in PyTorch, eager and torch.ao int8.
             alternatives = torch_runners(name, paths["fp32"], x, test.y.numpy()) if FUSED in paths else {}
+            # Routes tried to make int8-qat faster, timed in the same rounds (zoo.bench.TRIED).
+            tried = tried_routes(name, paths, Path(tmp), x, test.y.numpy())
             measured = {}
             for t in args.threads:
                 torch.set_num_threads(t)
-                measured[t] = timings({**paths, **{k: run for k, (run, _) in alternatives.items()}}, x, SPEED_BATCHES,
+                no_spin = {QAT_NO_SPIN: session_runner(paths["int8-qat"], t, spinning=False)} if tried and t > 1 else {}
+                measured[t] = timings({**paths, **{k: path for k, (path, _) in tried.items()}, **no_spin,
+                                       **{k: run for k, (run, _) in alternatives.items()}}, x, SPEED_BATCHES,
                                       t, args.runs)
             accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths} | {
-                k: acc for k, (_, acc) in alternatives.items()}
+                k: acc for k, (_, acc) in (alternatives | tried).items()} | (
+                {QAT_NO_SPIN: card.metric("int8-qat")} if tried and max(args.threads) > 1 else {})
             results["entries"][name] = {"family": card.family, "date": results["date"], "accuracy": accuracy,
                                         "sha256": {k: sha for k, (_, sha) in named.items()}, "threads": {
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
                          for k, m in per.items()} for t, per in measured.items()}}
             if card.family == "bert":
+                profiled = {**{k: (p, named[k][1]) for k, p in paths.items()}, **{k: (p, "") for k, (p, _) in tried.items()}}
                 profiles["entries"][name] = {k: {"per_op_us": op_profile(p, x[:32], 1, 10), "graph": kernel_counts(p),
-                                                 "sha256": named[k][1]} for k, p in paths.items()}
+                                                 "sha256": sha} for k, (p, sha) in profiled.items()}
             print(f"measured {name}", file=sys.stderr)
     latency_runs, profile_runs, dropped = merged(*committed(out), results, profiles)
     for line in dropped:
@@ -211,9 +219,11 @@ def report(results: dict, profiles: dict) -> str:
                     cells += [f"{timing[b]['median_ms']:.3f}", f"{timing[b]['p90_ms']:.3f}",
                               f"{best / timing[b]['median_ms']:.2f}x"]
                 acc = entry["accuracy"][key]
-                sha = entry.get("sha256", {}).get(key) or ("(PyTorch, the fp32 file's weights)" if key in TORCH_ROWS
-                                                            else "(made from fp32 here)")
-                lines.append(f"| {key} | `{sha[:12]}` | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
+                sha = entry.get("sha256", {}).get(key)
+                file = f"`{sha[:12]}`" if sha else ("PyTorch, the fp32 file's weights" if key in TORCH_ROWS
+                                                    else "tried: int8-qat's file" if key in TRIED
+                                                    else "made from fp32 here")
+                lines.append(f"| {key} | {file} | {'-' if acc is None else f'{acc:.4f}'} | " + " | ".join(cells) + " |")
             lines.append("")
             if entry["family"] == "bert" and "int8-qat" in per:
                 for b in ("1", "32"):
@@ -258,7 +268,44 @@ def report(results: dict, profiles: dict) -> str:
                      "worker share the cores with everything else, and batch-1 runs are dominated by thread hand-offs "
                      "(see the p90 columns).")
     lines.append("")
-    return "\n".join(lines + against_pytorch(results))
+    return "\n".join(lines + tried_report(results, profiles) + against_pytorch(results))
+
+
+def tried_report(results: dict, profiles: dict) -> list[str]:
+    """What was tried to make int8-qat faster, each route timed in the same rounds as the file itself (runs measured
+    before these rows existed have none)."""
+    rows = []
+    for name, entry in results["entries"].items():
+        for threads, per in entry["threads"].items():
+            if "int8-qat" in per and any(k in per for k in TRIED):
+                for b in ("1", "32"):
+                    qat = per["int8-qat"][b]["median_ms"]
+                    cells = [f"{per[k][b]['median_ms']:.3f} ({qat / per[k][b]['median_ms']:.2f}x)" if k in per else "-"
+                             for k in TRIED]
+                    rows.append(f"| {name} | {threads} | {b} | {qat:.3f} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    attention = []
+    for name, variants in profiles["entries"].items():
+        qat, dynamic = variants.get("int8-qat"), variants.get("int8-dynamic")
+        if qat and dynamic:
+            float_products = share(qat["per_op_us"], {"FusedMatMul", "MatMul"})
+            attention.append(f"{name} {float_products:.0%} (int8-dynamic's QAttention: "
+                             f"{share(dynamic['per_op_us'], {'QAttention'}):.0%} of its time)")
+    return ["### What was tried for int8-qat", "",
+            "Each route timed in the same rounds as the int8-qat file (median ms; in brackets, int8-qat's time over "
+            f"the route's: above 1x the route is faster). `{QAT_OPTIMIZED}`: the int8-qat file through onnxruntime's "
+            f"transformer optimizer, the pass that makes `{FUSED}` faster (its accuracy, measured, is in the tables "
+            f"above). `{QAT_NO_SPIN}`: the same file in a session whose intra-op threads sleep instead of spinning "
+            "while they wait (2 threads only).", "",
+            "| entry | threads | batch | int8-qat (ms) | " + " | ".join(TRIED) + " |",
+            "| --- | --- | --- | --- | --- | --- |", *rows, "",
+            "Fused int8 attention (QAttention) is what int8-dynamic runs; int8-qat's graph comes from QAT of the "
+            "Linear layers (torchao's X86InductorQuantizer annotates those), so attention's two activation x activation "
+            "products stay float matrix products, the share of int8-qat's time (batch 32, 1 thread): "
+            + "; ".join(attention) + ". The int8 matrix kernels are chosen by onnxruntime (MLAS) from the CPU's instructions "
+            "when a session starts, with no session option to pick them: the int8 peak above names the ones this CPU "
+            "has (AVX2's vpmaddubsw, AVX-512 VNNI, or AMX tiles).", ""]
 
 
 def against_pytorch(results: dict) -> list[str]:

@@ -88,3 +88,26 @@ def test_a_run_on_another_cpu_is_added_and_a_stale_one_dropped():
     entry["sha256"]["fp32"] = "0" * 64
     runs, _, dropped = latency.merged([stale], committed_profiles, other, other_profiles)
     assert runs == [other] and len(dropped) == 1 and f"{name} fp32 000000000000" in dropped[0], dropped
+
+
+def test_the_routes_tried_for_int8_qat_are_reported_against_it():
+    """benchmarks/latency.py times the routes tried to make int8-qat faster (zoo.bench.TRIED) in the same rounds and
+    reports each as int8-qat's time over the route's, beside the share of int8-qat's time its float attention takes."""
+    spec = importlib.util.spec_from_file_location("latency", REPO / "benchmarks" / "latency.py")
+    latency = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(latency)
+    runs, profile_runs = latency.committed(RESULTS)
+    run, profiles = copy.deepcopy(runs[0]), copy.deepcopy(profile_runs[0])
+    name = next(n for n, e in run["entries"].items() if "int8-qat" in e["threads"]["1"])
+    run["entries"] = {name: run["entries"][name]}
+    profiles["entries"] = {name: profiles["entries"][name]}
+    for threads, per in run["entries"][name]["threads"].items():
+        per.update({k: {b: {"median_ms": 2 * t["median_ms"], "p90_ms": 2 * t["p90_ms"]} for b, t in
+                        per["int8-qat"].items()} for k in latency.TRIED})
+    run["entries"][name]["accuracy"].update({k: 0.5 for k in latency.TRIED})
+    text = latency.report(run, profiles)
+    section = text.split("### What was tried for int8-qat")[1]
+    qat = run["entries"][name]["threads"]["1"]["int8-qat"]["1"]["median_ms"]
+    assert f"| {name} | 1 | 1 | {qat:.3f} | {2 * qat:.3f} (0.50x) | {2 * qat:.3f} (0.50x) |" in section
+    assert "float matrix products" in section and f"{name} " in section.split("float matrix products")[1]
+    assert "tried: int8-qat's file | 0.5000" in text  # the tried rows in the entry's tables, their accuracy measured

@@ -24,7 +24,7 @@ from torch.ao.quantization import quantize_dynamic
 from zoo import catalog
 from zoo.data import load_dataset
 from zoo.errors import ZooError
-from zoo.evaluate import timings
+from zoo.evaluate import accuracy, timings
 from zoo.ort_quantize import optimize_transformer
 from zoo.metrics import label_accuracy
 from zoo.models import model_spec
@@ -36,6 +36,11 @@ FUSED = "fp32-fused"
 # What a user would run instead of the zoo's ONNX files, for a transformer: the fp32 file's weights in the family's
 # PyTorch module, eager, and after torch.ao's dynamic int8 quantization of its Linear layers.
 TORCH_EAGER, TORCH_AO_DYNAMIC = "torch-eager", "torch-ao-dynamic"
+# Routes tried for a transformer's int8-qat file, timed beside it by benchmarks/latency.py: the file through
+# onnxruntime's transformer optimizer (what makes fp32-fused faster than fp32), and, at 2 or more threads, onnxruntime's
+# intra-op threads sleeping instead of spinning while they wait (session.intra_op.allow_spinning=0).
+QAT_OPTIMIZED, QAT_NO_SPIN = "int8-qat-optimized", "int8-qat-no-spin"
+TRIED = (QAT_OPTIMIZED, QAT_NO_SPIN)
 
 
 @dataclass
@@ -59,6 +64,18 @@ def files(name: str, scratch: Path, variants: list[str] | None = None) -> dict[s
         optimize_transformer(paths["fp32"][0], fused)
         paths = {"fp32": paths["fp32"], FUSED: (fused, ""), **paths}
     return paths
+
+
+def tried_routes(name: str, paths: dict[str, Path], scratch: Path, x: np.ndarray,
+                 y: np.ndarray) -> dict[str, tuple[Path, float]]:
+    """For a transformer with an int8-qat file: {QAT_OPTIMIZED: (the int8-qat file after onnxruntime's transformer
+    optimizer, its accuracy on the test split)}. (QAT_NO_SPIN is the int8-qat file itself in a session that does not
+    spin: zoo.evaluate.session_runner(..., spinning=False).)"""
+    if "int8-qat" not in paths or not model_spec(catalog.get_card(name).architecture).transformer:
+        return {}
+    optimized = scratch / f"{name}.int8-qat-optimized.onnx"
+    optimize_transformer(paths["int8-qat"], optimized)
+    return {QAT_OPTIMIZED: (optimized, accuracy(optimized, x, y))}
 
 
 def torch_runners(name: str, fp32: Path, x: np.ndarray, y: np.ndarray) -> dict[str, tuple[Callable, float]]:
@@ -96,10 +113,10 @@ def bench(name: str, variants: list[str] | None = None, threads: int = 1, batche
         alternatives = torch_runners(name, paths["fp32"][0], x, y) if FUSED in paths else {}
         measured = timings({**{k: p for k, (p, _) in paths.items()}, **{k: r for k, (r, _) in alternatives.items()}},
                            x, batches, threads, runs)
-    accuracy = {k: card.metric("fp32" if k == FUSED else k) for k in paths} | {k: a for k, (_, a) in alternatives.items()}
+    accuracies = {k: card.metric("fp32" if k == FUSED else k) for k in paths} | {k: a for k, (_, a) in alternatives.items()}
     rows = []
     for key in [*paths, *alternatives]:
-        row = Timed(key, paths[key][1] if key in paths else "", accuracy[key])
+        row = Timed(key, paths[key][1] if key in paths else "", accuracies[key])
         for batch in batches:
             best = min(measured[k][batch][0] for k in ("fp32", FUSED) if k in measured)
             row.median_ms[batch], row.p90_ms[batch] = measured[key][batch]

@@ -20,11 +20,16 @@ from zoo.metrics import label_accuracy
 from zoo.ort import ort
 
 
-def session(path: Path, threads: int = 1, optimized_to: Path | None = None) -> ort.InferenceSession:
+def session(path: Path, threads: int = 1, optimized_to: Path | None = None,
+            spinning: bool = True) -> ort.InferenceSession:
+    """`spinning=False`: intra-op threads sleep between tasks instead of busy-waiting (onnxruntime's
+    session.intra_op.allow_spinning), which frees the cores they share with the caller."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # keep ORT's optimizer chatter off the user's terminal
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if optimized_to is not None:
         options.optimized_model_filepath = str(optimized_to)
     return ort.InferenceSession(str(require_content(Path(path))), options, providers=["CPUExecutionProvider"])
@@ -66,8 +71,8 @@ INT8_KERNELS = {"QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "ConvI
 SPEED_BATCHES = (1, 32)  # the batch sizes cards and benchmarks report: one request, and a served batch
 
 
-def _session_runner(path: Path, threads: int) -> Callable[[np.ndarray], object]:
-    sess = session(path, threads)
+def session_runner(path: Path, threads: int, spinning: bool = True) -> Callable[[np.ndarray], object]:
+    sess = session(path, threads, spinning=spinning)
     feed = sess.get_inputs()[0].name
     return lambda data: sess.run(None, {feed: data})
 
@@ -80,7 +85,7 @@ def timings(paths: dict[str, Path | Callable[[np.ndarray], object]], x: np.ndarr
     batch itself (e.g. a PyTorch module, its threads set by the caller). All are warmed up, then each round runs each
     once in turn, so whatever else the machine does slows all of them alike (a benchmark helper; never asserted in
     tests)."""
-    runners = {name: what if callable(what) else _session_runner(what, threads) for name, what in paths.items()}
+    runners = {name: what if callable(what) else session_runner(what, threads) for name, what in paths.items()}
     out: dict[str, dict[int, tuple[float, float]]] = {name: {} for name in paths}
     for batch in batches:
         data = x[:batch]

@@ -4,6 +4,7 @@ int8 files get the zoo's int8 embedding tables (zoo.onnx_passes)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +33,26 @@ class _Calibration:
         return next(self._items, None)
 
 
-def _shared_bias_notice(record: logging.LogRecord) -> bool:
-    """Drops the QDQ quantizer's "Bias ... has already been marked for quantization": it comes once per extra consumer
-    of a shared bias (hundreds of lines for mnist1d-gru's unrolled steps) and needs nothing from the user."""
-    return "has already been marked for quantization" not in record.getMessage()
+# What onnxruntime's quantizers log through the root logger that needs nothing from the user: "Bias ... has already
+# been marked for quantization" once per extra consumer of a shared bias (hundreds of lines for mnist1d-gru's unrolled
+# steps), and "Please consider to run pre-processing" for a transformer, whose file went through onnxruntime's
+# transformer optimizer instead (the same shape inference, plus the fusions), so `zoo fetch` printed it.
+_NOTICES = ("has already been marked for quantization", "consider to run pre-processing",
+            "consider pre-processing before quantization")
+
+
+def _no_notice(record: logging.LogRecord) -> bool:
+    return not any(notice in record.getMessage() for notice in _NOTICES)
+
+
+@contextlib.contextmanager
+def _quantizer_notices_dropped():
+    root = logging.getLogger()  # onnxruntime's quantizer logs through the root logger
+    root.addFilter(_no_notice)
+    try:
+        yield
+    finally:
+        root.removeFilter(_no_notice)
 
 
 def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, op_types: list[str] | None = None) -> Path:
@@ -45,14 +62,10 @@ def export_int8_ptq(fp32_path: Path, calibration: list[np.ndarray], path: Path, 
     quant_pre_process(str(fp32_path), str(prepared))  # shape inference + folding, as ORT recommends
     # op_types (recipe quantization.ptq_op_types): BERT recipes list only the weight-bearing ops; quantizing the
     # attention-mask Add too (its input spans -3.4e38..x) collapsed attention and bert-tiny fell from 95% to 54%.
-    root = logging.getLogger()  # onnxruntime's quantizer logs through the root logger
-    root.addFilter(_shared_bias_notice)
-    try:
+    with _quantizer_notices_dropped():
         quantize_static(str(prepared), str(tmp), _Calibration(input_name, calibration), quant_format=QuantFormat.QDQ,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
                         reduce_range=True, calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=op_types)
-    finally:
-        root.removeFilter(_shared_bias_notice)
     prepared.unlink()
     save_onnx(quantize_embeddings(onnx.load(str(tmp))), path)
     tmp.unlink()
@@ -100,7 +113,7 @@ def export_int8_dynamic(fp32_path: Path, path: Path, transformer: bool = False) 
         quant_pre_process(str(fp32_path), str(prepared))
     save_onnx(gemm_as_matmul(onnx.load(str(prepared))), prepared)
     # Fused ops (com.microsoft domain) have no ONNX shape inference: their outputs are float tensors.
-    with quiet("onnxruntime.transformers"):
+    with quiet("onnxruntime.transformers"), _quantizer_notices_dropped():
         quantize_dynamic(str(prepared), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=DYNAMIC_OP_TYPES, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     prepared.unlink()
