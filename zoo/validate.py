@@ -98,14 +98,16 @@ def _obtain(entry: Entry, scratch: Path, rows: list[Row], log,
         for path in sorted(p for p in entry.dir.rglob("*") if p.is_file() and p.name != "card.yaml"):
             rel = path.relative_to(entry.dir)
             pointer = read_pointer(path) or pointer_for(path)
-            try:
-                got, source, *_ = fetch_object(pointer, f"{entry.name}/{rel}", checkout_path=path, show_progress=False)
+            derivable = _derivation(entry.card, rel) is not None
+            try:  # a derived file from a store, else made again below (never what this machine cached before)
+                got, source, *_ = fetch_object(pointer, f"{entry.name}/{rel}", checkout_path=path, show_progress=False,
+                                               cached=not derivable)
             except IntegrityError as exc:
                 rows.append(Row(entry.name, _variant_of(entry.card, rel), "sha256", False, detail=str(exc)[:300]))
                 corrupt = True
                 continue
             except ObjectNotFoundError:
-                if _derivation(entry.card, rel) is None:
+                if not derivable:
                     raise
                 to_derive.append((rel, pointer))
                 continue

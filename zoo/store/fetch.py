@@ -74,16 +74,19 @@ def fetch_object(
     build_hint: Callable[[], str] = str,
     show_progress: bool = True,
     rate_limit: float | None = None,
+    cached: bool = True,
 ) -> Found:
     """The verified object: the checkout's real file, the cache, else the first store with a good copy; every store
     skipped on the way is warned about on stderr and listed in `skipped`. Raises IntegrityError when stores hold only
     corrupt copies (naming them), StoreUnreachableError when no store could be reached at all, else
-    ObjectNotFoundError, each listing every store tried (and `build_hint()`: what else the user can do)."""
+    ObjectNotFoundError, each listing every store tried (and `build_hint()`: what else the user can do).
+    `cached=False`: only the checkout and the stores count, not what this machine cached before (validation makes a
+    derived file no store has again, whatever an earlier fetch left in the cache); a download is still cached."""
     if (checkout_path is not None and checkout_path.is_file() and read_pointer(checkout_path) is None
             and checkout_path.stat().st_size == pointer.size and sha256_file(checkout_path) == pointer.oid):
         return Found(checkout_path, "checkout")
     cache = ObjectCache()
-    if (hit := cache.get(pointer)) is not None:
+    if cached and (hit := cache.get(pointer)) is not None:
         return Found(hit, "cache")
     corrupt, unreachable, tried = [], [], []  # tried: every store's outcome, in order
     if remotes is None and (store := repo_store()) is not None:
@@ -100,7 +103,7 @@ def fetch_object(
     urls = lfs_remote_urls() if remotes is None else remotes
     with cache.lock(pointer.oid):
         # Another process may have downloaded it while this one waited for the lock.
-        if (hit := cache.get(pointer)) is not None:
+        if cached and (hit := cache.get(pointer)) is not None:
             return Found(hit, "cache", 0, tuple(corrupt + unreachable))
         part = cache.partial_path(pointer.oid)
         for url in urls:
