@@ -240,7 +240,9 @@ def int8_time(c: ModelCard, profiles: dict | None = None) -> list[str]:
                       f"arithmetic speeds up only the matrix products, by at most {peak:.2f}x on that CPU "
                       f"({instructions}); with every other operator as in fp32, the most int8 could gain over the fused "
                       f"fp32 file is {int8_bound(fused['per_op_us'], peak):.2f}x (the latency report's goal table, on "
-                      "the Benchmarks page, has each measured speed next to it)."]
+                      "the Benchmarks page, has each measured speed next to it, and what was tried to close the gap: "
+                      "onnxruntime's transformer optimizer on this file, threads that do not spin, the fused int8 "
+                      "attention int8-dynamic runs)."]
     return lines
 
 
