@@ -91,9 +91,10 @@ def main() -> None:
                 measured[t] = timings({**paths, **{k: path for k, (path, _) in tried.items()}, **no_spin,
                                        **{k: run for k, (run, _) in alternatives.items()}}, x, SPEED_BATCHES,
                                       t, args.runs)
-            accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths} | {
-                k: acc for k, (_, acc) in (alternatives | tried).items()} | (
-                {QAT_NO_SPIN: card.metric("int8-qat")} if tried and max(args.threads) > 1 else {})
+            measured_here = {k: acc for k, (_, acc) in (alternatives | tried).items()}
+            if tried and max(args.threads) > 1:  # the int8-qat file itself, in a session that does not spin
+                measured_here[QAT_NO_SPIN] = card.metric("int8-qat")
+            accuracy = {k: card.metric(k if k != FUSED else "fp32") for k in paths} | measured_here
             results["entries"][name] = {"family": card.family, "date": results["date"], "accuracy": accuracy,
                                         "sha256": {k: sha for k, (_, sha) in named.items()}, "threads": {
                 str(t): {k: {str(b): {"median_ms": m[b][0], "p90_ms": m[b][1]} for b in SPEED_BATCHES}
@@ -299,7 +300,7 @@ def tried_report(results: dict, profiles: dict) -> list[str]:
             f"above). `{QAT_NO_SPIN}`: the same file in a session whose intra-op threads sleep instead of spinning "
             "while they wait (2 threads only).", "",
             "| entry | threads | batch | int8-qat (ms) | " + " | ".join(TRIED) + " |",
-            "| --- | --- | --- | --- | --- | --- |", *rows, "",
+            "| --- " * (4 + len(TRIED)) + "|", *rows, "",
             "Fused int8 attention (QAttention) is what int8-dynamic runs; int8-qat's graph comes from QAT of the "
             "Linear layers (torchao's X86InductorQuantizer annotates those), so attention's two activation x activation "
             "products stay float matrix products, the share of int8-qat's time (batch 32, 1 thread): "

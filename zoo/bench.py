@@ -71,7 +71,7 @@ def tried_routes(name: str, paths: dict[str, Path], scratch: Path, x: np.ndarray
     """For a transformer with an int8-qat file: {QAT_OPTIMIZED: (the int8-qat file after onnxruntime's transformer
     optimizer, its accuracy on the test split)}. (QAT_NO_SPIN is the int8-qat file itself in a session that does not
     spin: zoo.evaluate.session_runner(..., spinning=False).)"""
-    if "int8-qat" not in paths or not model_spec(catalog.get_card(name).architecture).transformer:
+    if "int8-qat" not in paths or FUSED not in paths:  # files() adds fp32-fused for transformers only
         return {}
     optimized = scratch / f"{name}.int8-qat-optimized.onnx"
     optimize_transformer(paths["int8-qat"], optimized)

@@ -37,8 +37,7 @@ class _Calibration:
 # been marked for quantization" once per extra consumer of a shared bias (hundreds of lines for mnist1d-gru's unrolled
 # steps), and "Please consider to run pre-processing" for a transformer, whose file went through onnxruntime's
 # transformer optimizer instead (the same shape inference, plus the fusions), so `zoo fetch` printed it.
-_NOTICES = ("has already been marked for quantization", "consider to run pre-processing",
-            "consider pre-processing before quantization")
+_NOTICES = ("has already been marked for quantization", "pre-processing before quantization")
 
 
 def _no_notice(record: logging.LogRecord) -> bool:
