@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from zoo.fsutil import atomic_write_text  # noqa: E402
 from zoo.provenance import cpu_info  # noqa: E402
 from zoo.train.memory import allocator_env  # noqa: E402
-from zoo.train.summary import RunSummary  # noqa: E402
+from zoo.run_summary import RunSummary  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SEQUENCE = 64  # the langid data's token length

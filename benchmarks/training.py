@@ -24,7 +24,7 @@ from zoo.data import load_dataset  # noqa: E402
 from zoo.evaluate import latency_ms  # noqa: E402
 from zoo.models import model_spec  # noqa: E402
 from zoo.fsutil import atomic_write_text  # noqa: E402
-from zoo.train.summary import RunSummary  # noqa: E402
+from zoo.run_summary import RunSummary  # noqa: E402
 
 
 def run(out: Path, model: str, steps: int, nproc: int) -> dict:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
+import yaml
 
-from tests.helpers import REPO, copy_of, run_use_it, shared_digits_entry, zoo_cli
-from zoo import catalog
+from tests.helpers import (REPO, build_flags, catalog_env, copy_of, quick_recipe, run_use_it, shared_digits_entry,
+                           zoo_cli)
+from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.provenance import current_versions
 from zoo.recipes import Quantization
 from zoo.pointer import pointer_for, read_pointer
+from zoo.store.cache import lfs_objects, object_relpath
 
 ENTRIES = sorted(p.parent.name for p in (REPO / "zoo" / "entries").glob("*/card.yaml"))
 
@@ -112,3 +116,40 @@ def test_build_writes_measured_card(tmp_path):
     assert run.data.params["recipe.name"] == "quick" and run.data.metrics["onnx/int8-qat/accuracy"] > 0.5
     aliases = client.get_registered_model("zoo.quick-digits").aliases
     assert set(aliases) == set(onnx_models) | {"fastest"}
+
+
+@pytest.mark.ranks  # `zoo build` starts two ranks
+def test_build_continues_from_a_published_file_and_the_card_names_it(tmp_path):
+    """A recipe whose init_from names a published fp32 file by content: `zoo build` fetches it (here from a store), the
+    run starts from its weights, and the card and its page name it; a file no store has stops the build in one line,
+    before any rank starts."""
+    shared = shared_digits_entry() / "entries" / "quick-digits"
+    published = load_card(shared / "card.yaml").variants["fp32"]
+    store = tmp_path / "store"
+    (lfs_objects(store) / object_relpath(published.sha256)).parent.mkdir(parents=True)
+    shutil.copyfile(shared / published.file, lfs_objects(store) / object_relpath(published.sha256))
+    start = {"entry": "quick-digits", "variant": "fp32", "sha256": published.sha256, "size": published.size}
+    recipe = quick_recipe(tmp_path, steps=10, qat_steps=5)
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "init_from": start}))
+    entries = tmp_path / "entries"
+    (entries / "continued").mkdir(parents=True)
+    (entries / "continued" / "card.yaml").write_text(yaml.safe_dump({
+        "name": "continued", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
+        "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}))
+    env = {**catalog_env(tmp_path), "ZOO_STORE": str(store)}
+    zoo_cli("build", "continued", *build_flags(), env=env, check=True, timeout=600)
+    card = load_card(entries / "continued" / "card.yaml")
+    assert card.training.continued_from.model_dump() == start
+    # From the published weights, not from scratch: the first loss is already low (a fresh digits-cnn starts at ln 10).
+    curve = json.loads((entries / "continued" / "training_curve.json").read_text())
+    assert curve["fp32"]["loss"][0] < 0.5, curve["fp32"]["loss"][:3]
+    assert card.metric("fp32") > 0.9
+    page = docs.model_page(catalog.entries(entries)["continued"], {}, tmp_path)
+    assert f"Training continued from the `fp32` file `quick-digits` published before (sha256 `{published.sha256}`" in page
+    recipe.write_text(yaml.safe_dump({**data, "init_from": {**start, "sha256": "0" * 64}}))
+    missing = zoo_cli("build", "continued", *build_flags(), env=env, ranks=False)
+    assert missing.returncode == 1 and missing.stdout == "" and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines() == [
+        "error: init_from: quick-digits fp32 (sha256 000000000000) is in none of the stores `zoo fetch` reads and in "
+        "no commit of this checkout's store/ (a shallow clone lacks the older ones: `git fetch --unshallow`)"]

@@ -4,6 +4,7 @@ kernels."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,7 +17,10 @@ import yaml
 
 from tests.helpers import REPO, write_entry, zoo_cli
 from zoo import catalog
-from zoo.pointer import pointer_for, read_pointer, sha256_file
+from zoo.errors import IntegrityError
+from zoo.pointer import Pointer, pointer_for, read_pointer, sha256_file
+from zoo.store.cache import ObjectCache
+from zoo.store.history import from_history
 from zoo.store.publish import named_objects, stored_objects
 
 STORE = REPO / "store"
@@ -138,6 +142,31 @@ def test_a_bad_store_object_is_refused_by_name_and_the_next_store_serves(zoo_env
     refused = zoo_cli("fetch", "tiny", env=env)
     assert refused.returncode == 1 and "is a link out of the store" in refused.stderr
     assert not [p for p in (tmp_path / "h2").rglob("*") if p.is_file() and p.stat().st_size > 0]
+
+
+def test_an_object_the_store_held_once_comes_back_from_git_verified(zoo_env, tmp_path):
+    """What a card published before (a recipe continues from it: init_from) is pruned from store/ by the next publish;
+    git still has it, and from_history takes it from the commit that added it, verified, into the cache."""
+    repo, data = tmp_path / "repo", b"weights an earlier card published"
+    pointer = Pointer(hashlib.sha256(data).hexdigest(), len(data))
+    held = _store_with(repo, pointer.oid, data)  # repo/repo-store/lfs/objects/..
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "publish")
+    _git(repo, "rm", "-rq", "repo-store")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "prune")
+    assert not held.exists()
+    got = from_history(pointer, root=repo, store=held)
+    assert got.read_bytes() == data and got == ObjectCache().path(pointer.oid)
+    assert from_history(Pointer("0" * 64, 1), root=repo, store=held) is None  # never held
+    # A committed blob whose bytes are not what its name says: refused by name, nothing cached.
+    lie = Pointer(hashlib.sha256(b"other bytes").hexdigest(), len(data))
+    _store_with(repo, lie.oid, data)
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a bad object")
+    with pytest.raises(IntegrityError, match=f"{lie.oid}.* is not the object its name says"):
+        from_history(lie, root=repo, store=held)
+    assert ObjectCache().get(lie) is None and not list((zoo_env["home"] / "partial").iterdir())
 
 
 def _git(clone: Path, *args: str) -> str:

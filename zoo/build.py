@@ -20,7 +20,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from zoo import catalog
-from zoo.cards import CARD_FILE, check_paths, dump_card, parse_card, read_yaml
+from zoo.cards import CARD_FILE, PublishedFile, check_paths, dump_card, parse_card, read_yaml
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
@@ -30,8 +30,9 @@ from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import entry_training_command, load_recipe
 from zoo.store.fetch import fetch
+from zoo.store.history import published_object
 from zoo.pointer import read_pointer
-from zoo.train.summary import RunSummary
+from zoo.run_summary import RunSummary
 from zoo.kinds import KINDS, kind_of
 from zoo.variants.make import make_variant, spec_for
 from zoo.variants.opsets import Origin, opset_range
@@ -79,8 +80,10 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
         raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
     trainable = raw.get("trainable")
     command = entry_training_command(recipe, architecture, nproc, trainable, init_from and str(init_from))
-    # A bad recipe fails here, once, not in every worker.
-    load_recipe(recipe, command[command.index("--model") + 2:], model=architecture)
+    # A bad recipe fails here, once, not in every worker; so does a published file to continue from that no store has.
+    start = load_recipe(recipe, command[command.index("--model") + 2:], model=architecture).init_from
+    if isinstance(start, PublishedFile):
+        log(f"[{name}] continuing from {start.label()}: {published_object(start)}")
     env = build_environment(threads, commit)
     with tempfile.TemporaryDirectory(prefix=f"zoo-build-{name}-") as tmp:
         out = Path(tmp) / "run"
@@ -98,6 +101,9 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
                 if k not in summary.variants and kind_of(k, v).made != "training"}
     raw.update(_measured_fields(summary, raw, command_shown or shlex.join(command), threads))
     raw["training"].update(git_commit=commit, reproducible=reproducible, cpu=cpu_info())
+    raw["training"].pop("continued_from", None)
+    if isinstance(start, PublishedFile):  # the card names the file its weights started from
+        raw["training"]["continued_from"] = start.model_dump()
     for variant in raw["variants"].values():
         variant["metrics"].update(variant_metrics or {})
     fp32 = entry_dir / raw["variants"]["fp32"]["file"]

@@ -57,6 +57,19 @@ class Cpu(Strict):
     kernels: str | None = None  # which libraries' kernels the build pinned to which ISA (zoo.provenance.KERNELS)
 
 
+class PublishedFile(Strict):
+    """A file a card published, named by its content (the card's sha256 and size): what a recipe continues training
+    from (`init_from`) and what the card it makes names as its starting point (`training.continued_from`)."""
+
+    entry: str  # the entry whose card published it
+    variant: str = "fp32"
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    size: int = Field(gt=0)
+
+    def label(self) -> str:
+        return f"{self.entry} {self.variant} (sha256 {self.sha256[:12]})"
+
+
 class Training(Strict):
     recipe: str | None = None  # recipes/<name>.yaml
     command: str  # the exact command that produced the weights
@@ -65,6 +78,7 @@ class Training(Strict):
     build_time_s: float | None = None
     library_versions: dict[str, str] = Field(default_factory=dict)
     imported_from: str | None = None  # upstream checkpoint, for imported entries
+    continued_from: PublishedFile | None = None  # the published file the recipe's training started from (init_from)
     # Where `zoo build` finds that checkpoint again: "python-package:<module>/<folder>" (an installed package).
     import_source: str | None = None
     # The clean commit the build ran from (stamped into every file as zoo.git_commit): `zoo reproduce` rebuilds it.

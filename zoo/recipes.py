@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, model_validator
 
-from zoo.cards import read_yaml, validate_file_data
+from zoo.cards import PublishedFile, read_yaml, validate_file_data
 from zoo.config import REPO_ROOT
 from zoo.errors import CardError, ZooError
 from zoo.pointer import sha256_file
@@ -121,7 +121,10 @@ class Recipe(Strict):
     description: str = ""
     model: str
     model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)  # builder keyword arguments
-    init_from: str | None = None  # state dict (.pt) to start from, e.g. an imported upstream checkpoint
+    # Where training starts: a state dict (.pt, e.g. an imported upstream checkpoint's, as `zoo import` converts it) or
+    # a published zoo file named by content ({entry, variant, sha256, size}: its fp32 ONNX initializers), fetched
+    # like `zoo fetch` fetches it, else from the repository's store as an earlier commit held it.
+    init_from: str | PublishedFile | None = None
     trainable: list[str] | None = None  # parameter-name globs to train (others frozen); None: all
     dataset: str | None = None  # default: the model's own dataset
     # Training-split augmentations (zoo.data.shifts.AUGMENTATIONS), e.g. [pixel-shifts]: the images and their eight
@@ -157,7 +160,7 @@ class Recipe(Strict):
         (`init_from`) count by their content, not by where this machine keeps them, so a rebuild elsewhere (another
         $ZOO_HOME) of the same recipe from the same weights records the same digest."""
         data = self.model_dump(mode="json")
-        if self.init_from and Path(self.init_from).is_file():
+        if isinstance(self.init_from, str) and Path(self.init_from).is_file():
             data["init_from"] = "sha256:" + sha256_file(Path(self.init_from))
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 

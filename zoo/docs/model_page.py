@@ -97,6 +97,10 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
               + (f" on {c.training.cpu.model} ({', '.join(c.training.cpu.flags)})" if c.training.cpu else "")
               + (f", at commit `{c.training.git_commit}` (`zoo reproduce {c.name}` rebuilds it)"
                  if c.training.git_commit and c.training.reproducible else "") + "."]
+    if (start := c.training.continued_from) is not None:
+        lines += ["", f"Training continued from the `{start.variant}` file `{start.entry}` published before (sha256 "
+                  f"`{start.sha256}`, {start.size:,} bytes: the recipe's `init_from`), fetched by its sha256 from "
+                  "the stores or, once `store/` no longer holds it, from the commits that did."]
     if c.training.library_versions:
         lines += ["", "Library versions: " + ", ".join(f"{k} {v}" for k, v in c.training.library_versions.items()) + "."]
     d = c.dataset

@@ -43,7 +43,7 @@ from zoo.recipes import entry_training_command, load_recipe
 from zoo.reproduce import card_worktree, require_card_commit
 from zoo.store.cache import ObjectCache
 from zoo.pointer import Pointer, pointer_for, sha256_file
-from zoo.train.summary import RunSummary
+from zoo.run_summary import RunSummary
 
 POLICY_ENV = "ZOO_BUILD_ON_MISS"
 POLICIES = ("ask", "always", "never")

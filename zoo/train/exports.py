@@ -22,7 +22,7 @@ from zoo.evaluate import INT8_KERNELS, accuracy, kernel_types, predict
 from zoo.provenance import source_commit
 from zoo.recipes import Recipe
 from zoo.pointer import pointer_for
-from zoo.train.summary import ExtraOpset, VariantResult
+from zoo.run_summary import ExtraOpset, VariantResult
 from zoo.kinds import KINDS
 from zoo.variants.make import make_file
 from zoo.variants.opsets import Origin, opset_file, prediction_agreement, reexport_opset

@@ -27,7 +27,7 @@ from zoo.train.distributed import init_distributed, resolve_backend, shutdown
 from zoo.train.memory import allocator_env
 from zoo.layouts import LAUNCHERS, layout, layouts_of, strategy_for
 from zoo.train.parallel import unsupported_here
-from zoo.train.summary import SUMMARY_FILE, RunSummary
+from zoo.run_summary import SUMMARY_FILE, RunSummary
 from zoo.train.trainer import run
 
 SWEEP_FILE = "sweep.json"

@@ -12,17 +12,21 @@ import contextlib
 import json
 import os
 import time
+import zipfile
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
 from pkgutil import resolve_name
 
 import numpy as np
+import onnx
 import torch
+from onnx import numpy_helper
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from zoo import faults
+from zoo.cards import PublishedFile
 from zoo.data import Dataset, load_dataset
 from zoo.data.shifts import augmented
 from zoo.errors import ZooError
@@ -31,12 +35,13 @@ from zoo.kinds import trained_kinds
 from zoo.models import count_params, model_for, model_spec
 from zoo.provenance import current_versions
 from zoo.recipes import Recipe
+from zoo.store.history import published_object
 from zoo.train.distributed import DistContext
 from zoo.train.memory import MemoryCount, allocator_in_use, live_storages
 from zoo.train.parallel import Strategy, make_strategy
 from zoo.train.measure import cpu_profile, peak_rss_mib, per_rank, ranks_agree, torch_accuracy
 from zoo.train.schedule import BatchPlan, Phase, lr_at, steps_for
-from zoo.train.summary import PhaseSummary, RunSummary, TrackedRun
+from zoo.run_summary import PhaseSummary, RunSummary, TrackedRun
 from zoo.train.tracking import Tracker
 
 def _progress(ctx: DistContext, label: str, total: int):
@@ -146,15 +151,32 @@ def freeze_except(model: torch.nn.Module, patterns: list[str]) -> None:
         raise ZooError(f"trainable {patterns} matches no parameter; names look like {names[:3]}")
 
 
-def load_initial_weights(model: torch.nn.Module, path: Path) -> None:
+def initial_state(source: str | PublishedFile) -> tuple[str, dict[str, torch.Tensor]]:
+    """Where `init_from` points and the weights there: a state dict saved by torch (`zoo import`'s converted
+    checkpoint) or an fp32 ONNX file, whose initializers carry the module's parameter names (a published file,
+    fetched by content)."""
+    if isinstance(source, PublishedFile):
+        path, where = published_object(source), source.label()
+    else:
+        path, where = Path(source), source
+        if not path.is_file():
+            raise ZooError(f"init_from: {path} does not exist (`zoo import` writes imported weights)")
+    if zipfile.is_zipfile(path):
+        return where, torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as exc:  # protobuf's DecodeError and friends: not a model file
+        raise ZooError(f"init_from: {where} is neither a torch state dict nor an ONNX model ({exc})") from None
+    return where, {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in graph.initializer}
+
+
+def load_initial_weights(model: torch.nn.Module, source: str | PublishedFile) -> None:
     """Start from saved weights; only the task head may be missing (it is what fine-tuning learns)."""
-    if not path.exists():
-        raise ZooError(f"init_from: {path} does not exist (`zoo import` writes imported weights)")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    where, state = initial_state(source)
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("classifier.")]
     if missing or result.unexpected_keys:
-        raise ZooError(f"init_from: {path} does not fit the model: missing {missing[:5]}, "
+        raise ZooError(f"init_from: {where} does not fit the model: missing {missing[:5]}, "
                        f"unexpected {result.unexpected_keys[:5]}")
 
 
@@ -179,7 +201,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
     model = fresh_model()
     strategy = make_strategy(strategy_name, ctx, recipe, fresh_model)
     if recipe.init_from:
-        load_initial_weights(model, Path(recipe.init_from))
+        load_initial_weights(model, recipe.init_from)
     output_dir = Path(output_dir or Path("runs") / f"{recipe.model}-{recipe.name}")
     strategy.output_dir = output_dir
     ckpt_dir = output_dir / "checkpoints" if recipe.checkpoint.interval_steps else None
