@@ -148,8 +148,9 @@ def test_build_continues_from_a_published_file_and_the_card_names_it(tmp_path):
     page = docs.model_page(catalog.entries(entries)["continued"], {}, tmp_path)
     assert f"Training continued from the `fp32` file `quick-digits` published before (sha256 `{published.sha256}`" in page
     recipe.write_text(yaml.safe_dump({**data, "init_from": {**start, "sha256": "0" * 64}}))
+    said = ("error: init_from: quick-digits fp32 (sha256 000000000000) is in none of the stores `zoo fetch` reads and "
+            "in no commit of this checkout's store/ (a shallow clone lacks the older ones: `git fetch --unshallow`)")
     missing = zoo_cli("build", "continued", *build_flags(), env=env, ranks=False)
-    assert missing.returncode == 1 and missing.stdout == "" and "Traceback" not in missing.stderr
-    assert missing.stderr.strip().splitlines() == [
-        "error: init_from: quick-digits fp32 (sha256 000000000000) is in none of the stores `zoo fetch` reads and in "
-        "no commit of this checkout's store/ (a shallow clone lacks the older ones: `git fetch --unshallow`)"]
+    assert missing.returncode == 1 and missing.stdout == "" and missing.stderr.strip().splitlines() == [said]
+    refused = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), "--no-tracking", env=env, ranks=False)
+    assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.strip().splitlines() == [said]

@@ -18,11 +18,13 @@ from torch.distributed import run as elastic
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
 from rich.table import Table
 
+from zoo.cards import PublishedFile
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, plural
 from zoo.models import model_spec
 from zoo.recipes import load_recipe
+from zoo.store.history import published_object
 from zoo.train.distributed import init_distributed, resolve_backend, shutdown
 from zoo.train.memory import allocator_env
 from zoo.layouts import LAUNCHERS, layout, layouts_of, strategy_for
@@ -102,6 +104,8 @@ def prepare(launcher: str, args: argparse.Namespace, extra: list[str] = ()):
     if recipe.federated is not None:
         raise ZooError(f"recipe '{recipe.name}' is federated: python launchers/federated.py run --recipe {recipe.name}")
     resolve_backend(recipe.backend)  # nccl without GPUs, ccl without oneCCL: refused here, writing nothing
+    if isinstance(recipe.init_from, PublishedFile):
+        published_object(recipe.init_from)  # a published file to continue from that no store has: refused here
     strategy = strategy_for(launcher, recipe.parallelism.strategy)
     if (needs := layout(strategy).model_needs) and not spec.offers(needs, **recipe.model_args):
         raise ZooError(f"recipe '{recipe.name}': parallelism.strategy={strategy} needs a model that declares "
