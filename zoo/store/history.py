@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zoo.cards import PublishedFile
 from zoo.config import REPO_ROOT, REPO_STORE
-from zoo.errors import IntegrityError, ObjectNotFoundError, StoreUnreachableError
+from zoo.errors import IntegrityError, ObjectNotFoundError
 from zoo.pointer import Pointer
 from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
 from zoo.store.fetch import fetch_object
@@ -50,7 +50,7 @@ def published_object(file: PublishedFile) -> Path:
     pointer = Pointer(file.sha256, file.size)
     try:
         return fetch_object(pointer, file.label(), show_progress=False).path
-    except (ObjectNotFoundError, StoreUnreachableError):  # zoo fetch's stores and this checkout's history are all
+    except ObjectNotFoundError:  # StoreUnreachableError included: the history may still hold it
         found = from_history(pointer)
         if found is None:
             raise ObjectNotFoundError(f"init_from: {file.label()} is in none of the stores `zoo fetch` reads and in no "
