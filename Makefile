@@ -116,6 +116,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/tokenization.py
 	$(BIN)/python benchmarks/fetch_throughput.py
 	$(BIN)/python benchmarks/training.py
+	$(BIN)/python benchmarks/length_grouping.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/parallel.py
 

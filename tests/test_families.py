@@ -22,7 +22,7 @@ from zoo.models import build_model
 def test_family_trains_exports_and_quantizes(tmp_path, model):
     result = train(tmp_path, model, "--recipe", "qat-int8", "--model", model, "--no-tracking", "steps=20", "optimizer.lr=0.001",
           "quantization.qat_steps=3", "global_batch_size=32", "schedule.warmup_steps=0",
-          "export.opsets=[13,17]" if model.startswith("bert") else "export.opsets=[17]")
+          *(["export.opsets=[13,17]", "group_by_length=true"] if model.startswith("bert") else ["export.opsets=[17]"]))
     summary = json.loads((tmp_path / model / "summary.json").read_text())
     assert set(summary["variants"]) == {"fp32", "int8-qat", "int8-ptq", "int8-dynamic", "fp16"}
     # onnxruntime's quantizers' notices to their own developers ("consider pre-processing") stay off the terminal.

@@ -13,9 +13,14 @@ import pytest
 import torch
 
 from tests.helpers import REPO, all_cpus, failed_run
+from zoo.errors import ZooError
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.metadata import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
 from zoo.pointer import sha256_file
+from zoo.recipes import load_recipe
+from zoo.train import trainer
+from zoo.train.distributed import DistContext
+from zoo.train.launch import parse_args, prepare
 
 LAUNCHER = str(REPO / "launchers" / "ddp.py")
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -120,6 +125,8 @@ def test_same_seed_same_threads_same_onnx_bytes(tmp_path):
     (["--recipe", "nope"], "unknown recipe 'nope'; known recipes:"),
     (["--recipe", "fp32", "--model", "digits-cnm"], "unknown model 'digits-cnm'; did you mean: digits-cnn?"),
     (["--recipe", "fp32", "--backend", "ccl"], "backend ccl needs Intel's oneCCL binding: install oneccl_bindings_for_pytorch"),
+    (["--recipe", "fp32", "group_by_length=true"],
+     "recipe 'fp32': group_by_length needs text padded at the end, and the digits dataset's inputs have one fixed shape"),
 ])
 def test_bad_input_fails_with_its_message(tmp_path, args, message):
     result = train(tmp_path, "bad", *args, check=False)
@@ -128,3 +135,32 @@ def test_bad_input_fails_with_its_message(tmp_path, args, message):
     assert not (tmp_path / "bad").exists()
 
 
+
+
+def test_group_by_length_trains_on_batches_cut_to_their_longest_text(tmp_path, monkeypatch):
+    """group_by_length on the language-ID data: every fp32 micro-batch the trainer hands the layout is cut to its
+    longest text (short texts: far fewer than the 64 columns the data is padded to); a pipeline layout, whose stages
+    exchange one shape, refuses it before any process group exists. (The QAT phase keeps whole rows: the family test
+    trains bert-tiny's QAT phase after a grouped fp32 phase.)"""
+    widths = []
+
+    def spy(x, padding_id):
+        cut = cut_padding(x, padding_id)
+        widths.append((x.shape[1], cut.shape[1], int((cut != padding_id).any(0)[-1])))
+        return cut
+
+    cut_padding = trainer.cut_padding
+    monkeypatch.setattr(trainer, "cut_padding", spy)
+    recipe = load_recipe("fp32", ["steps=6", "epochs=null", "global_batch_size=32", "parallelism.micro_batch_size=16",
+                                  "group_by_length=true", "export.variants=[]", "tracking.enabled=false",
+                                  "checkpoint.interval_steps=0"], model="bert-tiny")
+    try:
+        summary = trainer.run(recipe, DistContext(), output_dir=tmp_path)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(widths) == 6 * 2 and all(full == 64 and last == 1 for full, _, last in widths)  # the last column is real
+    assert sum(cut for _, cut, _ in widths) < 0.6 * 64 * len(widths), widths
+    assert len(summary.phases["fp32"].losses) == 6
+    with pytest.raises(ZooError, match="group_by_length gives batches of other widths, and "
+                                       "parallelism.strategy=pp's pipeline stages exchange one shape"):
+        prepare("pipeline", parse_args(["--recipe", "fp32", "--model", "bert-tiny", "group_by_length=true"]))

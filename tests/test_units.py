@@ -16,12 +16,14 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
+from zoo.data.base import cut_padding, sequence_lengths
 from zoo.errors import ZooError
+from zoo.models import build_model
 from zoo.onnx_passes import gemm_as_matmul, quantize_embeddings, topological_sort
 from zoo.ort import ort
 from zoo.store.verified_writes import HashingWriter
 from zoo.train.launch import root_failure
-from zoo.train.schedule import BatchPlan, Phase, lr_at
+from zoo.train.schedule import LENGTH_GROUP_BATCHES, BatchPlan, Phase, lr_at
 from zoo.variants.checks import Row, summary_line
 
 
@@ -61,6 +63,48 @@ def test_batch_plan_splits_each_global_batch_among_the_replicas():
         BatchPlan(10, 16, 0, 2, seed=0, micro_batch=None)
     with pytest.raises(ZooError, match="does not divide"):
         BatchPlan(100, 16, 0, 2, seed=0, micro_batch=3)
+
+
+def test_group_by_length_keeps_each_example_once_in_batches_of_similar_length():
+    """group_by_length: one epoch still takes every kept example once, each global batch's texts have nearly one
+    length (so a cut batch computes little padding), the batches come in shuffled order, and every rank draws the same
+    global batch; without lengths the plan is the one every earlier build trained with."""
+    n, batch = 2000, 16
+    lengths = torch.randint(2, 65, (n,), generator=torch.Generator().manual_seed(0))
+    plans = [BatchPlan(n, batch, rank, 2, seed=1, micro_batch=4, lengths=lengths) for rank in range(2)]
+    plain = BatchPlan(n, batch, 0, 2, seed=1, micro_batch=4)
+    steps = plans[0].steps_per_epoch
+    grouped = [torch.cat([p.rank_indices(s, 0) for p in plans]) for s in range(steps)]
+    assert sorted(torch.cat(grouped).tolist()) == sorted(plain.epoch_order(0, 0)[:steps * batch].tolist())
+    widths = [int(lengths[b].max()) for b in grouped]
+    spread = [int(lengths[b].max() - lengths[b].min()) for b in grouped]
+    plain_widths = [int(lengths[b].max()) for b in plain.epoch_order(0, 0)[:steps * batch].view(steps, batch)]
+    assert max(spread) <= 8 and sum(widths) < 0.7 * sum(plain_widths)  # uniform lengths: ~half the columns
+    assert widths != sorted(widths) and widths != sorted(widths, reverse=True)  # long and short batches interleave
+    assert steps * batch > batch * LENGTH_GROUP_BATCHES  # more than one run of batches was sorted
+    fresh = BatchPlan(n, batch, 1, 2, seed=1, micro_batch=4, lengths=lengths)
+    assert all(torch.equal(fresh.rank_indices(s, 0), plans[1].rank_indices(s, 0)) for s in (0, 7, steps - 1))
+    assert not torch.equal(plans[0].rank_indices(0, 0), plans[0].rank_indices(steps, 0))  # a new order each epoch
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(1 * 1_000_003 + 0 * 10_007 + 1))
+    assert torch.equal(plain.rank_indices(steps + 3, 0), order[3 * batch:3 * batch + batch // 2])
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_cut_padding_drops_only_trailing_padding_and_bert_reads_the_same(pooling):
+    """A batch cut to its longest text gives a BERT classifier the same outputs: padding is masked and positions
+    count from the start, so group_by_length changes what is computed, not what is learned."""
+    x = torch.tensor([[2, 5, 3, 0, 0, 0], [2, 7, 0, 9, 3, 0], [2, 3, 0, 0, 0, 0]])
+    assert sequence_lengths(x, 0).tolist() == [3, 5, 2]  # the last real token counts, not the number of them
+    assert torch.equal(cut_padding(x, 0), x[:, :5])
+    assert cut_padding(torch.zeros(2, 4, dtype=torch.long), 0).shape == (2, 1)
+    torch.manual_seed(0)
+    model = build_model("bert-tiny", num_classes=8, vocab_size=64, pooling=pooling).eval()
+    ids = torch.randint(1, 64, (4, 24))
+    for row, length in enumerate((24, 9, 5, 13)):
+        ids[row, length:] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(cut_padding(ids, 0)), model(ids), rtol=1e-5, atol=1e-5)
+    assert cut_padding(ids, 0).shape == (4, 24) and cut_padding(ids[1:], 0).shape == (3, 13)
 
 
 def _chain() -> onnx.ModelProto:

@@ -39,6 +39,7 @@ class Layout:
     model_needs: str | None = None  # the model method it uses (e.g. tensor_parallel_plan); None: every model
     device_needs: dict[str, str] = field(default_factory=dict)  # precision -> what the device must have
     example: str = "fp32"  # the recipe its example command trains
+    fixed_shapes: bool = False  # its stages exchange tensors of one shape: every batch as wide (no group_by_length)
 
     def command(self, processes: int | None = None) -> str:
         """The command that trains the example recipe with this layout on `processes` ranks (default: its minimum)."""
@@ -72,7 +73,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in [
                             (3, "optimizer states, gradients and parameters")]),
     Layout("ds-pp", "deepspeed", "DeepSpeed's PipelineModule over the family's split points (ZeRO-1 across pipeline "
            "replicas)", "zoo.train.parallel.deepspeed:DeepSpeedPipelineStrategy", model_needs="pipeline_blocks",
-           device_needs=_DS),
+           device_needs=_DS, fixed_shapes=True),
     Layout("horovod", "horovod", "Horovod's DistributedOptimizer (`backward_passes_per_step` = micro-batches)",
            "zoo.train.parallel.horovod:HorovodStrategy", example="qat-int8"),
     Layout("tp", "tensor_parallel", "DTensor `parallelize_module` with the family's plan over all ranks",
@@ -83,10 +84,10 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in [
            model_needs="tensor_parallel_plan", example="dp-tp"),
     Layout("pp", "pipeline", "`torch.distributed.pipelining` stages, one per rank, 1F1B or GPipe",
            "zoo.train.parallel.pipeline:PipelineStrategy", {"two_d": False}, model_needs="pipeline_blocks",
-           example="fp16"),
+           example="fp16", fixed_shapes=True),
     Layout("pp-dp", "pipeline", "pipelines of `pipeline_stages` stages, each stage in DDP over its replicas",
            "zoo.train.parallel.pipeline:PipelineStrategy", {"two_d": True}, processes=4, model_needs="pipeline_blocks",
-           example="pp-dp"),
+           example="pp-dp", fixed_shapes=True),
 ]}
 
 

@@ -51,6 +51,9 @@ class Dataset:
     onnx_metadata: dict[str, str] = field(default_factory=dict)
     # Model arguments the data fixes (e.g. a text dataset's vocabulary size); a recipe's model_args come on top.
     model_args: dict = field(default_factory=dict)
+    # Token sequences padded at the end with this id, which the models mask out (text); None: fixed-shape inputs.
+    # A recipe's group_by_length cuts each training batch to its longest sequence (`cut_padding`).
+    padding_id: int | None = None
 
     @property
     def input_shape(self) -> list[int]:
@@ -64,6 +67,17 @@ class Dataset:
     def class_balance(self) -> dict[str, int]:
         counts = torch.bincount(self.train.y, minlength=len(self.labels)).tolist()
         return dict(zip(self.labels, counts))
+
+
+def sequence_lengths(x: torch.Tensor, padding_id: int) -> torch.Tensor:
+    """Each row's length up to its last token that is not padding."""
+    real = x != padding_id
+    return torch.where(real.any(dim=1), x.shape[1] - real.flip(1).int().argmax(dim=1), 0)
+
+
+def cut_padding(x: torch.Tensor, padding_id: int) -> torch.Tensor:
+    """The batch without the padding columns every row ends with (at least one column)."""
+    return x[:, :max(1, int(sequence_lengths(x, padding_id).max()))]
 
 
 _LOADERS: dict[str, Callable[[], Dataset]] = {}

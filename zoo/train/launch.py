@@ -19,6 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from rich.table import Table
 
 from zoo.cards import PublishedFile
+from zoo.data import load_dataset
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, plural
@@ -110,6 +111,15 @@ def prepare(launcher: str, args: argparse.Namespace, extra: list[str] = ()):
     if (needs := layout(strategy).model_needs) and not spec.offers(needs, **recipe.model_args):
         raise ZooError(f"recipe '{recipe.name}': parallelism.strategy={strategy} needs a model that declares "
                        f"{needs}() and {recipe.model} does not; pick another layout (zoo.layouts)")
+    if recipe.group_by_length:
+        if layout(strategy).fixed_shapes:
+            raise ZooError(f"recipe '{recipe.name}': group_by_length gives batches of other widths, and "
+                           f"parallelism.strategy={strategy}'s pipeline stages exchange one shape; set "
+                           "group_by_length=false or pick another layout")
+        data = load_dataset(recipe.dataset or spec.dataset)  # cached: the rank's trainer reads the same object
+        if data.padding_id is None:
+            raise ZooError(f"recipe '{recipe.name}': group_by_length needs text padded at the end, and the "
+                           f"{data.name} dataset's inputs have one fixed shape; remove group_by_length")
     if reason := unsupported_here(strategy, recipe.precision):
         raise ZooError(f"recipe '{recipe.name}': {reason}")
     return recipe, strategy

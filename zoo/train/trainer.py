@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from zoo import faults
 from zoo.cards import PublishedFile
 from zoo.data import Dataset, load_dataset
+from zoo.data.base import cut_padding, sequence_lengths
 from zoo.data.shifts import augmented
 from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text
@@ -62,8 +63,11 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
     during the last two steps (zoo.train.memory; benchmarks)."""
     if recipe.trainable is not None:
         freeze_except(model, recipe.trainable)
+    x_all, y_all = data.train.x, data.train.y
+    cut = phase.padding_id
     plan = BatchPlan(len(data.train), recipe.global_batch_size, strategy.dp_rank, strategy.dp_size, recipe.seed,
-                     strategy.micro_batch_size(recipe.global_batch_size // strategy.dp_size))
+                     strategy.micro_batch_size(recipe.global_batch_size // strategy.dp_size),
+                     lengths=sequence_lengths(x_all, cut) if cut is not None else None)
     strategy.setup(model, phase.lr, plan.accumulation)
     salt = 0 if phase.name == "fp32" else 1
     # Gradients are mean-reduced over data-parallel replicas: scale so the result is the global-batch mean.
@@ -77,7 +81,6 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
     interval = recipe.checkpoint.interval_steps
     fault = _fault_step(ctx)
     counter = MemoryCount(strategy, before_model) if before_model is not None else None
-    x_all, y_all = data.train.x, data.train.y
     strategy.train()
     begin = time.perf_counter()
     with _progress(ctx, f"{phase.name} training", phase.steps) as bar:
@@ -89,7 +92,8 @@ def train_phase(phase: Phase, model: torch.nn.Module, strategy: Strategy, recipe
             if counter is not None and step == max(start, phase.steps - 2):
                 counter.start()
             strategy.set_lr(lr_at(step, phase, recipe.schedule.name))
-            batches = [(x_all[idx].to(ctx.device), y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
+            batches = [((x_all[idx] if cut is None else cut_padding(x_all[idx], cut)).to(ctx.device),
+                        y_all[idx].to(ctx.device)) for idx in plan.micro_batches(step, salt)]
             tick, cpu_tick, thread_tick = time.perf_counter(), time.process_time(), time.thread_time()
             step_loss = strategy.step(batches, loss_scale)
             if after_step is not None:
@@ -212,7 +216,8 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
     tracker = _make_tracker(recipe, ctx, tracking_uri, launcher)
     started = time.perf_counter()
     try:
-        phases = [Phase("fp32", steps_for(recipe, len(data.train)), recipe.optimizer.lr, recipe.schedule.warmup_steps)]
+        phases = [Phase("fp32", steps_for(recipe, len(data.train)), recipe.optimizer.lr, recipe.schedule.warmup_steps,
+                        padding_id=data.padding_id if recipe.group_by_length else None)]
         model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume,
                             before_model=set(before_model) if before_model is not None else None)
         model.eval()

@@ -45,7 +45,7 @@ from zoo.data.base import Dataset, Split, cached_arrays, register_dataset
 from zoo.data.langid.augmentation import augment
 from zoo.data.langid.sources import (LABELS, MESSAGES, digest, fortunes, gnome_help, libreoffice_help, package_versions,
                                      software_messages, split_of)
-from zoo.data.langid.tokenization import (MAX_TOKENS, TRAINED, VOCAB_SIZE, VOCABULARY, encode, tokenizer,
+from zoo.data.langid.tokenization import (MAX_TOKENS, PADDING_ID, TRAINED, VOCAB_SIZE, VOCABULARY, encode, tokenizer,
                                           tokenizer_json, train_tokenizer)
 from zoo.fsutil import atomic_write_text
 from zoo.metadata import TOKENIZER_KEY
@@ -224,6 +224,7 @@ def _load(name: str) -> Dataset:
         ],
         usage=_usage(name),
         onnx_metadata={TOKENIZER_KEY: tokenizer_json(name)},
+        padding_id=PADDING_ID,
         model_args={"vocab_size": len(vocab)},
     )
 

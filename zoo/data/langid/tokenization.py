@@ -13,6 +13,7 @@ from zoo.data.base import require
 from zoo.errors import ZooError
 
 MAX_TOKENS = 64
+PADDING_ID = 0  # [PAD], the first special token of both vocabularies: pads at the end, the models' attention mask
 VOCAB_SIZE = 16000  # chosen by benchmarks/tokenization.py (results/tokenization.md)
 TRAINED = f"langid-{VOCAB_SIZE // 1000}k"  # the dataset with the trained vocabulary
 # TRAINED's tokenizer, committed (zoo.data.langid says why)
@@ -53,7 +54,7 @@ def uncased_tokenizer():
 
 def _fixed_length(tokenizer):
     tokenizer.enable_truncation(MAX_TOKENS)
-    tokenizer.enable_padding(length=MAX_TOKENS)  # id 0 ([PAD]) pads and doubles as the attention mask
+    tokenizer.enable_padding(length=MAX_TOKENS)  # PADDING_ID ([PAD], the default) doubles as the attention mask
     return tokenizer
 
 
