@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 import yaml
 
-from tests.helpers import (REPO, build_flags, catalog_env, copy_of, quick_recipe, run_use_it, shared_digits_entry,
-                           zoo_cli)
+from tests.helpers import (REPO, all_cpus, build_flags, catalog_env, copy_of, quick_recipe, run_use_it,
+                           shared_digits_entry, zoo_cli)
 from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.provenance import current_versions
@@ -155,3 +160,54 @@ def test_build_continues_from_a_published_file_and_the_card_names_it(tmp_path):
     assert missing.returncode == 1 and missing.stdout == "" and missing.stderr.strip().splitlines() == [said]
     refused = zoo_cli("train", "--nproc-per-node", "2", "--recipe", str(recipe), "--no-tracking", env=env, ranks=False)
     assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.strip().splitlines() == [said]
+
+
+@pytest.mark.ranks  # `zoo build` starts two ranks
+def test_a_build_stopped_by_sigterm_stops_its_ranks_and_keeps_nothing(tmp_path):
+    """`kill` (SIGTERM) sent to a `zoo build` while its ranks train: zoo passes it on to torchrun, which stops the ranks;
+    zoo then says so in one line and exits 143, no process of the build is left, and its temporary run folder is
+    gone (Python's default SIGTERM would have ended zoo alone, leaving both behind)."""
+    recipe = quick_recipe(tmp_path, steps=100_000)
+    data = yaml.safe_load(recipe.read_text())
+    data["quantization"]["scheme"], data["export"]["variants"] = "none", ["fp32"]
+    recipe.write_text(yaml.safe_dump(data))
+    (tmp_path / "entries" / "long").mkdir(parents=True)
+    (tmp_path / "entries" / "long" / "card.yaml").write_text(yaml.safe_dump({
+        "name": "long", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
+        "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+
+    def build_processes() -> list[psutil.Process]:  # torchrun and its ranks: their command lines name the run folder
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            with_tmp = any(str(tmp) in part for part in proc.info["cmdline"] or [])
+            if with_tmp and proc.pid != build.pid:
+                found.append(proc)
+        return found
+
+    with all_cpus():
+        build = subprocess.Popen([sys.executable, "-m", "zoo.cli", "build", "long", *build_flags()], cwd=REPO,
+                                 env={**os.environ, **catalog_env(tmp_path), "TMPDIR": str(tmp)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while not list(tmp.glob("zoo-build-long-*/run/checkpoints")) and build.poll() is None:
+                assert time.monotonic() < deadline, "the ranks wrote no checkpoint in 180 s"
+                time.sleep(0.5)
+            running = build_processes()
+            assert len(running) >= 3, running  # torchrun and two ranks, training
+            build.send_signal(signal.SIGTERM)
+            out, err = build.communicate(timeout=120)
+        finally:
+            if build.poll() is None:
+                build.kill()
+                build.wait()
+    lines = err.strip().splitlines()
+    assert build.returncode == 143, err[-2000:]
+    assert lines[-1] == ("error: building 'long' stopped: zoo received SIGTERM and passed it on to `torchrun`, which "
+                         f"exited {lines[-1].rsplit(' ', 1)[-1]}"), err[-2000:]
+    assert "zoo/build.py" not in err and "zoo/processes.py" not in err  # torchrun's log may have a trace; zoo none
+    gone, alive = psutil.wait_procs(running, timeout=30)
+    assert not alive and not build_processes(), alive
+    assert not list(tmp.glob("zoo-build-*")), list(tmp.iterdir())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from zoo.errors import CardError, ZooError
 from zoo.evaluate import SPEED_BATCHES, predict, timings
 from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text, plural
 from zoo.models import count_params, model_for, model_spec
+from zoo.processes import run_stoppable
 from zoo.provenance import build_environment, cpu_info, require_clean
 from zoo.recipes import entry_training_command, load_recipe
 from zoo.store.fetch import fetch
@@ -90,7 +90,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out)]
         log(f"[{name}] {shlex.join(command)}")
         started = time.perf_counter()
-        result = subprocess.run(full, cwd=REPO_ROOT, env=env)
+        result = run_stoppable(full, f"building '{name}'", cwd=REPO_ROOT, env=env)  # SIGTERM: ranks stop, tmp goes
         if result.returncode != 0:
             raise ZooError(f"building '{name}' failed: `{shlex.join(command)}` exited {result.returncode} (its output is above)")
         summary = RunSummary.read(out)

@@ -21,6 +21,7 @@ from zoo.cards import CARD_FILE, ModelCard, load_card
 from zoo.catalog import Entry
 from zoo.config import REPO_ROOT
 from zoo.errors import ZooError
+from zoo.processes import run_stoppable
 from zoo.provenance import commit_available, machine_differences
 from zoo.pointer import pointer_for, read_pointer
 
@@ -130,7 +131,8 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
         command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
                    "--nproc", str(_processes(t.command))]
         log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
-        result = subprocess.run(command, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
+        result = run_stoppable(command, f"rebuilding '{entry.name}'", cwd=worktree, env=env,
+                               stdout=sys.stderr)  # stdout is the caller's (--json)
         if result.returncode != 0:
             raise ZooError(f"rebuilding '{entry.name}' at {t.git_commit[:12]} failed (its output is above)")
         rebuilt = load_card(built_dir / CARD_FILE)

@@ -38,6 +38,7 @@ from zoo.catalog import Entry
 from zoo.config import zoo_home
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.fsutil import atomic_copy, atomic_write_text, plural
+from zoo.processes import run_stoppable
 from zoo.provenance import build_environment, cpu_info, machine_differences
 from zoo.recipes import entry_training_command, load_recipe
 from zoo.reproduce import card_worktree, require_card_commit
@@ -240,7 +241,9 @@ def _run(entry: Entry, commit: str, folder: Path, log) -> Path:
         log(f"[{entry.name}] {'resuming' if resuming else 'running'} `{shlex.join(command)}` at {commit[:12]} "
             f"(run folder {out})")
         full = [str(Path(sys.executable).with_name("torchrun")), *command[1:], "--output-dir", str(out), "--resume"]
-        done = subprocess.run(full, cwd=worktree, env=env, stdout=sys.stderr)  # stdout is the caller's (--json)
+        # stdout is the caller's (--json); a SIGTERM stops the ranks and keeps the checkpoints to resume from
+        done = run_stoppable(full, f"building '{entry.name}' (checkpoints kept in {out})", cwd=worktree, env=env,
+                             stdout=sys.stderr)
     if done.returncode != 0:
         raise ZooError(f"building '{entry.name}' from its recipe failed (exit {done.returncode}, output above); "
                        f"its checkpoints stay in {out}: fetch again to resume")
