@@ -305,11 +305,42 @@ def shared_digits_entry() -> Path:
                                                                          tracking=True))
 
 
+# The quick entry of the on-device tests (tests/test_ondevice.py): its card declares a trainable split (the first conv
+# block frozen), the ort-training artifacts and a federated variant, all made by `zoo build`.
+ONDEVICE_TRAINABLE = ["features.2.*", "head.*"]
+
+
+def ondevice_digits_entry() -> Path:
+    """One quick digits-cnn entry per test run whose card declares the trainable split ONDEVICE_TRAINABLE and both
+    derived variants (ort-training and a federated retraining): made once, read through copy_of like
+    shared_digits_entry."""
+    def make(folder: Path) -> None:
+        fed = folder / "fed-quick.yaml"
+        fed.write_text(yaml.safe_dump({
+            "name": "fed-quick", "model": "digits-cnn", "seed": 0, "tracking": {"enabled": False},
+            "federated": {"clients": 2, "rounds": 2, "local_steps": 15, "local_batch_size": 32, "lr": 0.003,
+                          "dirichlet_alpha": 0.5, "shift": "rot90", "round_timeout_s": 120, "min_clients": 1}}))
+        quick_digits_entry(folder, card={"trainable": ONDEVICE_TRAINABLE, "variants": {
+            **ARTIFACTS,
+            "federated": {"file": "model.federated.onnx", "precision": "fp32", "opset": 17, "recipe": str(fed)}}})
+
+    return made_once("quick-digits-ondevice", make)
+
+
+def made_first() -> None:
+    """What single-process tests share and only several busy processes make (the quick entries' `zoo build`s), made
+    before they start: `make test` runs this (python -m tests.helpers) ahead of its single-process part, so no
+    pytest-xdist worker waits, its CPU idle, while the other one builds with both CPUs."""
+    shared_digits_entry()
+    ondevice_digits_entry()
+
+
 def copy_of(root: Path, dest: Path) -> dict:
     """A private copy of a shared built entry's catalog and $ZOO_HOME (its recipe stays shared, read only): the CLI
     environment pointing at the copy."""
     for part in ("entries", "home"):
-        shutil.copytree(root / part, dest / part, symlinks=True)
+        if (root / part).exists():  # a build without tracking or cached objects leaves no home
+            shutil.copytree(root / part, dest / part, symlinks=True)
     return catalog_env(dest)
 
 
@@ -363,3 +394,7 @@ def entry_of(entries: Path, name: str, fp32: Path, dataset: str | None = None) -
     card["variants"]["fp32"] = {k: v for k, v in card["variants"]["fp32"].items() if v is not None}
     (folder / "card.yaml").write_text(yaml.safe_dump(card, sort_keys=False))
     return folder
+
+
+if __name__ == "__main__":
+    made_first()

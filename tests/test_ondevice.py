@@ -13,7 +13,8 @@ import pytest
 import yaml
 from onnx import numpy_helper
 
-from tests.helpers import ARTIFACTS, quick_digits_entry, train_onnx, zoo_cli
+from tests.helpers import ONDEVICE_TRAINABLE as TRAINABLE  # the first conv block frozen
+from tests.helpers import copy_of, ondevice_digits_entry, train_onnx, zoo_cli
 from zoo.data import load_dataset
 from zoo.evaluate import accuracy, predict
 from zoo.metadata import read_metadata
@@ -75,21 +76,12 @@ def test_artifacts_train_lower_the_loss_and_export_an_equivalent_model(tmp_path,
     assert trainer.eval_loss(x[:256], y[:256]) < first
 
 
-TRAINABLE = ["features.2.*", "head.*"]  # the first conv block frozen
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
-    """A quick digits entry whose card declares a trainable split and both derived variants; `zoo build` makes them."""
+    """A copy of the run's quick digits entry whose card declares a trainable split and both derived variants
+    (tests/helpers.py ondevice_digits_entry: `zoo build` made them)."""
     root = tmp_path_factory.mktemp("derived")
-    fed = root / "fed-quick.yaml"
-    fed.write_text(yaml.safe_dump({
-        "name": "fed-quick", "model": "digits-cnn", "seed": 0, "tracking": {"enabled": False},
-        "federated": {"clients": 2, "rounds": 2, "local_steps": 15, "local_batch_size": 32, "lr": 0.003,
-                      "dirichlet_alpha": 0.5, "shift": "rot90", "round_timeout_s": 120, "min_clients": 1}}))
-    env = quick_digits_entry(root, card={"trainable": TRAINABLE, "variants": {
-        **ARTIFACTS,
-        "federated": {"file": "model.federated.onnx", "precision": "fp32", "opset": 17, "recipe": str(fed)}}})
+    env = copy_of(ondevice_digits_entry(), root)
     return {"env": env, "dir": Path(env["ZOO_ENTRIES"]) / "quick-digits"}
 
 
