@@ -1,4 +1,5 @@
-"""Every model family trains a few steps through the launcher, exports, and imports upstream weights."""
+"""Every model family trains a few steps through the launcher, exports, and imports upstream weights (an imported
+entry built by `zoo import` and rebuilt by `zoo fetch --build`: tests/test_rebuild.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import math
 
 import pytest
 import torch
-import yaml
 
-from tests.helpers import REPO, build_flags, entry_of, run_use_it, zoo_cli
+from tests.helpers import entry_of, run_use_it, zoo_cli
 from tests.test_training import train
 from zoo import catalog
-from zoo.cards import load_card
 from zoo.data import langid
 from zoo.metadata import read_metadata
 from zoo.models import build_model
@@ -98,35 +97,6 @@ def test_hf_sources_resolve_from_the_local_hub_cache_offline(tmp_path, monkeypat
         f"error: hf:nobody/nothing is not in the local Hugging Face cache ({tmp_path / 'hub'}): download it where "
         "there is internet (`huggingface-cli download nobody/nothing`) and copy the cache, or pass the checkpoint "
         "folder (LocalEntryNotFoundError)"]
-
-
-@pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)
-def test_zoo_import_checks_parity_and_builds_entry(tmp_path):
-    _in_hub_cache(tmp_path / "hub", "zoo-test/tiny-bert")  # imported by hf:<repo id>, as from the hub cache
-    recipe = yaml.safe_load((REPO / "recipes" / "minilm-l6.yaml").read_text())
-    recipe.update(name="tiny-import", steps=8, model_args={"num_hidden_layers": 2, "hidden_size": 64,
-                  "num_attention_heads": 2, "intermediate_size": 128, "pooling": "mean"}, tracking={"enabled": False})
-    recipe.pop("epochs", None)
-    recipe["quantization"]["qat_steps"] = 3
-    recipe["export"]["opsets"] = [17]
-    (tmp_path / "tiny-import.yaml").write_text(yaml.safe_dump(recipe))
-    entries = tmp_path / "entries"
-    (entries / "tiny-import").mkdir(parents=True)
-    (entries / "tiny-import" / "card.yaml").write_text(yaml.safe_dump({
-        "name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
-        "description": "imported in a test", "license": "Apache-2.0",
-        "training": {"recipe": str(tmp_path / "tiny-import.yaml"), "imported_from": "a random tiny BertModel"}}))
-    env = {"ZOO_ENTRIES": str(entries), "ZOO_HOME": str(tmp_path / "home"), "HF_HUB_CACHE": str(tmp_path / "hub")}
-
-    refused = zoo_cli("build", "tiny-import", *build_flags(), env=env, ranks=False)
-    assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr
-
-    result = zoo_cli("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", *build_flags(), env=env, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    card = load_card(entries / "tiny-import" / "card.yaml")
-    for variant in card.variants.values():
-        assert variant.built and variant.metrics["parity_onnx_max_abs_diff"] < 1e-4
-    assert card.num_params == sum(p.numel() for p in build_model("bert", 8, **recipe["model_args"]).parameters())
 
 
 def test_import_refuses_non_bert_folder(tmp_path):

@@ -117,11 +117,15 @@ def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store, whole_machine
 
 def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whole_machine):
     """In a clone: a tiny imported entry (its upstream checkpoint in the local Hugging Face hub cache, as `make setup`
-    installs minilm-l6's) built at a clean commit, its files then only pointers and no store anywhere: `zoo fetch
-    --build` converts the checkpoint with the card commit's code, fine-tunes it, and returns the card's bytes."""
+    installs minilm-l6's). Without `import_source` on its card `zoo build` refuses and names `zoo import`; `zoo import
+    --from hf:<repo id>` at a clean commit checks the conversion's parity and builds it; then, its files only pointers
+    and no store anywhere, `zoo fetch --build` converts the checkpoint with the card commit's code, fine-tunes it, and
+    returns the card's bytes."""
     import yaml
 
     from tests.test_families import _in_hub_cache
+    from zoo.cards import load_card
+    from zoo.models import build_model
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -138,13 +142,10 @@ def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whol
     (clone / "recipes" / "tiny-import.yaml").write_text(yaml.safe_dump(recipe))
     folder = clone / "zoo" / "entries" / "tiny-import"
     folder.mkdir()
-    (folder / "card.yaml").write_text(yaml.safe_dump({
-        "name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
-        "description": "imported in a test", "license": "Apache-2.0", "trainable": ["classifier.*"],
-        "training": {"recipe": "tiny-import", "imported_from": "a random tiny BertModel",
-                     "import_source": "hf:zoo-test/tiny-bert"}}))
-    git("add", "-A")
-    git("commit", "-qm", "tiny-import")
+    training = {"recipe": "tiny-import", "imported_from": "a random tiny BertModel"}
+    written = {"name": "tiny-import", "architecture": "bert", "family": "bert", "task": "language-identification",
+               "description": "imported in a test", "license": "Apache-2.0", "trainable": ["classifier.*"],
+               "training": training}
     env = {**os.environ, "PYTHONPATH": str(clone), "ZOO_HOME": str(tmp_path / "home"), "ZOO_LFS_URL": "",
            "ZOO_STORE": "", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
     for key in ("ZOO_ENTRIES", "ZOO_BUILD_ON_MISS", "ZOO_TEST_FAULT"):
@@ -154,10 +155,22 @@ def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whol
         return subprocess.run([sys.executable, "-m", "zoo.cli", *args], cwd=clone, capture_output=True, text=True,
                               env={**env, "ZOO_HOME": str(tmp_path / home)}, timeout=900)
 
-    built = zoo("build", "tiny-import", home="home")
+    # An imported card that does not say where its checkpoint is: only `zoo import` can build it.
+    (folder / "card.yaml").write_text(yaml.safe_dump(written))
+    refused = zoo("build", "tiny-import", "--allow-dirty", home="home")
+    assert refused.returncode == 1 and "zoo import tiny-import --from" in refused.stderr, refused.stderr
+    (folder / "card.yaml").write_text(yaml.safe_dump({**written, "training": {
+        **training, "import_source": "hf:zoo-test/tiny-bert"}}))
+    git("add", "-A")
+    git("commit", "-qm", "tiny-import")
+
+    built = zoo("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", home="home")
     assert built.returncode == 0, built.stderr[-3000:]
     card = yaml.safe_load((folder / "card.yaml").read_text())
     assert card["training"]["reproducible"] and card["training"]["command"].startswith("zoo import tiny-import")
+    for key, variant in load_card(folder / "card.yaml").variants.items():
+        assert variant.built and variant.metrics["parity_onnx_max_abs_diff"] < 1e-4, key
+    assert card["num_params"] == sum(p.numel() for p in build_model("bert", 8, **recipe["model_args"]).parameters())
     for key in ("fp32", "int8-qat"):  # the checkout keeps pointers only, as after publishing elsewhere
         path = folder / card["variants"][key]["file"]
         path.write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{card['variants'][key]['sha256']}\n"
