@@ -296,6 +296,19 @@ def test_a_rebuild_budget_is_spent_once():
     assert unlimited.take(1e9) and unlimited.left == float("inf")
 
 
+def test_side_by_side_validation_starts_the_most_inference_first():
+    """`zoo validate --jobs 2` starts the entries by measuring_work (parameters x test examples x built variants): the
+    largest BERT first, so it does not run alone at the end; a planned entry (nothing built) has none."""
+    from zoo import catalog
+    from zoo.validate import measuring_work
+
+    order = sorted(["digits-cnn", "bert-base", "bert-tiny", "minilm-l6", "bert-mini"], key=measuring_work, reverse=True)
+    assert order == ["minilm-l6", "bert-mini", "bert-tiny", "digits-cnn", "bert-base"]
+    card = catalog.get_card("bert-tiny")
+    assert measuring_work("bert-tiny") == card.num_params * card.dataset.splits["test"] * len(card.variants)
+    assert measuring_work("bert-base") == 0
+
+
 def test_int8_peak_follows_the_best_int8_instructions_the_cpu_has():
     """The int8:fp32 multiply-accumulate ratio of the kernels onnxruntime runs, by the best instructions present."""
     from zoo.provenance import int8_peak
