@@ -123,6 +123,24 @@ def test_build_writes_measured_card(tmp_path):
     assert set(aliases) == set(onnx_models) | {"fastest"}
 
 
+def test_build_refuses_a_recipe_that_measures_part_of_the_split(tmp_path):
+    """eval_examples (quick runs measured on part of the eval split) never reaches a card: `zoo build` says so in one
+    line before any rank starts, and writes nothing."""
+    recipe = quick_recipe(tmp_path, steps=10)
+    recipe.write_text(yaml.safe_dump({**yaml.safe_load(recipe.read_text()), "eval_examples": 100}))
+    entries = tmp_path / "entries"
+    (entries / "partial").mkdir(parents=True)
+    card = {"name": "partial", "architecture": "digits-cnn", "family": "cnn", "task": "image-classification",
+            "description": "test build", "license": "Apache-2.0", "training": {"recipe": str(recipe)}}
+    (entries / "partial" / "card.yaml").write_text(yaml.safe_dump(card))
+    refused = zoo_cli("build", "partial", *build_flags(), env=catalog_env(tmp_path), ranks=False)
+    assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.strip().splitlines() == [
+        f"error: {recipe}: eval_examples=100 measures part of the test split; a card's numbers are measured on all of "
+        "it: remove eval_examples from the recipe"]
+    assert sorted(p.name for p in (entries / "partial").iterdir()) == ["card.yaml"]
+    assert yaml.safe_load((entries / "partial" / "card.yaml").read_text()) == card
+
+
 @pytest.mark.ranks  # `zoo build` starts two ranks
 def test_build_continues_from_a_published_file_and_the_card_names_it(tmp_path):
     """A recipe whose init_from names a published fp32 file by content: `zoo build` fetches it (here from a store), the

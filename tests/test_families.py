@@ -19,11 +19,15 @@ from zoo.models import build_model
 
 @pytest.mark.parametrize("model", ["mnist1d-cnn", "mnist1d-gru", "bert-tiny"])
 def test_family_trains_exports_and_quantizes(tmp_path, model):
+    # Measured on 256 test examples spread over the split (recipe eval_examples): what is exported and quantized is
+    # under test here, not the accuracy (every entry's accuracy is measured whole by its build and by validation).
     result = train(tmp_path, model, "--recipe", "qat-int8", "--model", model, "--no-tracking", "steps=20", "optimizer.lr=0.001",
-          "quantization.qat_steps=3", "global_batch_size=32", "schedule.warmup_steps=0",
+          "quantization.qat_steps=3", "global_batch_size=32", "schedule.warmup_steps=0", "eval_examples=256",
           *(["export.opsets=[13,17]", "group_by_length=true"] if model.startswith("bert") else ["export.opsets=[17]"]))
     summary = json.loads((tmp_path / model / "summary.json").read_text())
     assert set(summary["variants"]) == {"fp32", "int8-qat", "int8-ptq", "int8-dynamic", "fp16"}
+    assert summary["eval_split"] == "test" and summary["eval_examples"] == 256
+    assert set(summary["torch_accuracy"]) == {"fp32", "int8-qat"}
     # onnxruntime's quantizers' notices to their own developers ("consider pre-processing") stay off the terminal.
     assert "pre-processing" not in result.stderr and "already been marked" not in result.stderr, result.stderr[-2000:]
     assert summary["variants"]["int8-qat"]["int8_kernels"], "int8-qat must run on int8 kernels"

@@ -28,7 +28,7 @@ CNN = ["--recipe", "fp32", "--model", "digits-cnn", "steps=16", *SGD]
 # A small BERT without dropout (dropout draws differ between layouts), 2 heads so tensor parallel splits them.
 BERT = ["--model", "bert", "steps=6", *SGD, "model_args.num_hidden_layers=2", "model_args.hidden_size=64",
         "model_args.num_attention_heads=2", "model_args.intermediate_size=128", "model_args.hidden_dropout_prob=0",
-        "model_args.attention_probs_dropout_prob=0"]
+        "model_args.attention_probs_dropout_prob=0", "eval_examples=512"]
 TOLERANCE = 1e-5  # per tensor: |a - b| / |a| (norms)
 ranks = pytest.mark.usefixtures("whole_machine")  # a test that runs ranks takes both CPUs (tests/helpers.py)
 

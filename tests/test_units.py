@@ -115,6 +115,20 @@ def _chain() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def test_eval_examples_spread_over_the_split_and_keep_every_label():
+    from zoo.data.base import Dataset, Split
+
+    y = torch.arange(8).repeat_interleave(300)  # stored in label order, as the language-ID splits are
+    x = torch.arange(2400).unsqueeze(1)
+    data = Dataset("d", Split(x[:10], y[:10]), Split(x[:10], y[:10]), Split(x, y), [str(i) for i in range(8)], "", "")
+    assert data.split("test") is data.test and data.split("test", 5000) is data.test  # all of it
+    part = data.split("test", 256)
+    assert len(part) == 256 and torch.equal(part.x[:, 0], part.x[:, 0].sort().values)  # positions in split order
+    assert torch.equal(part.y, y[part.x[:, 0]]) and part.x[0, 0] == 0 and part.x[-1, 0] == 2399
+    assert torch.bincount(part.y).tolist() == [32] * 8  # every label, as often as in the split
+    assert torch.equal(data.split("test", 256).x, part.x)  # the same examples every time
+
+
 def test_topological_sort_orders_producers_first_and_refuses_cycles():
     model = _chain()
     shuffled = list(reversed(model.graph.node))

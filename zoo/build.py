@@ -81,7 +81,11 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
     trainable = raw.get("trainable")
     command = entry_training_command(recipe, architecture, nproc, trainable, init_from and str(init_from))
     # A bad recipe fails here, once, not in every worker; so does a published file to continue from that no store has.
-    start = load_recipe(recipe, command[command.index("--model") + 2:], model=architecture).init_from
+    loaded = load_recipe(recipe, command[command.index("--model") + 2:], model=architecture)
+    if loaded.eval_examples is not None:
+        raise ZooError(f"{recipe}: eval_examples={loaded.eval_examples} measures part of the {loaded.eval_split} split; "
+                       "a card's numbers are measured on all of it: remove eval_examples from the recipe")
+    start = loaded.init_from
     if isinstance(start, PublishedFile):
         log(f"[{name}] continuing from {start.label()}: {published_object(start)}")
     env = build_environment(threads, commit)

@@ -147,6 +147,10 @@ class Recipe(Strict):
     checkpoint: Checkpoint = Checkpoint()
     tracking: Tracking = Tracking()
     eval_split: Literal["val", "test"] = "test"
+    # Measure the models on this many examples of the eval split, spread evenly over it (zoo.data.base.Dataset.split),
+    # not all of it: quick runs whose accuracy is not the point. None: the whole split, as cards are measured
+    # (`zoo build` refuses a recipe that sets it).
+    eval_examples: int | None = Field(None, ge=1)
     federated: Federated | None = None
 
     @model_validator(mode="after")

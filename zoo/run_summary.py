@@ -74,6 +74,7 @@ class RunSummary(Strict):
     num_params: int
     dataset: str
     eval_split: str
+    eval_examples: int | None = None  # how many of its examples the models were measured on (recipe.eval_examples)
     phases: dict[str, PhaseSummary]  # "fp32", then "qat" when the recipe quantizes
     baseline_rss_mib: list[float]  # per rank, after imports and data, before any model exists
     torch_accuracy: dict[str, float]  # the torch models' accuracy before export (fp32, int8-qat)

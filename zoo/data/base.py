@@ -59,10 +59,16 @@ class Dataset:
     def input_shape(self) -> list[int]:
         return list(self.train.x.shape[1:])
 
-    def split(self, name: str) -> Split:
+    def split(self, name: str, examples: int | None = None) -> Split:
+        """The split `name`; with `examples`, that many of its examples at evenly spaced positions (splits are stored
+        in label order, so a prefix could hold one label only)."""
         if name not in ("train", "val", "test"):
             raise ZooError(f"unknown split '{name}'; use train, val or test")
-        return getattr(self, name)
+        split = getattr(self, name)
+        if examples is None or examples >= len(split):
+            return split
+        picked = torch.linspace(0, len(split) - 1, examples).round().long()
+        return Split(split.x[picked], split.y[picked])
 
     def class_balance(self) -> dict[str, int]:
         counts = torch.bincount(self.train.y, minlength=len(self.labels)).tolist()

@@ -36,7 +36,7 @@ def _result(path: Path, opset: int, acc: float) -> dict:
 def export_variants(recipe: Recipe, model: torch.nn.Module, trained: dict[str, torch.nn.Module], data: Dataset,
                     out: Path) -> dict[str, VariantResult]:
     """`model`: the trained fp32 model; `trained`: the torch model of each kind its own training phase made."""
-    split = data.split(recipe.eval_split)
+    split = data.split(recipe.eval_split, recipe.eval_examples)
     x, y = split.x.numpy(), split.y.numpy()
     example = data.train.x[:2]
     common = {"zoo.model": recipe.model, "zoo.recipe": recipe.name, "zoo.recipe_sha256": recipe.digest(),

@@ -221,9 +221,11 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         model = train_phase(phases[0], model, strategy, recipe, data, ctx, tracker, ckpt_dir, resume,
                             before_model=set(before_model) if before_model is not None else None)
         model.eval()
-        eval_split = data.split(recipe.eval_split)
+        eval_split = data.split(recipe.eval_split, recipe.eval_examples)
         measure = bool(recipe.export.variants)  # `export.variants=[]`: train only (benchmarks)
-        torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure else {}
+        # Every rank holds the whole trained model (Strategy.full_model): the rank that reports measures it.
+        measure_here = measure and ctx.is_main
+        torch_metrics = {"fp32": torch_accuracy(model, eval_split.x, eval_split.y)} if measure_here else {}
 
         def train(phase: Phase, module: torch.nn.Module, layout: Strategy, after_step=None) -> torch.nn.Module:
             """One more phase of this run (a kind's training hook: QAT fine-tuning)."""
@@ -233,7 +235,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
         trained = {}  # the kinds made by their own training phase (zoo.kinds: Kind.training): their torch models
         for kind in trained_kinds(recipe.quantization.scheme):
             trained[kind.key] = resolve_name(kind.training.hook)(model, recipe, data, ctx, strategy, train)
-            if measure:
+            if measure_here:
                 torch_metrics[kind.key] = torch_accuracy(trained[kind.key], eval_split.x, eval_split.y)
         for name, value in torch_metrics.items():
             tracker.metric(f"torch/{name}/accuracy", value, 0)
@@ -249,7 +251,7 @@ def run(recipe: Recipe, ctx: DistContext, strategy_name: str = "ddp", output_dir
                 model=recipe.model, recipe=recipe.name, recipe_sha256=recipe.digest(), launcher=launcher,
                 strategy=strategy.name, world_size=ctx.world_size, backend=ctx.backend or "none",
                 threads=torch.get_num_threads(), seed=recipe.seed, num_params=count_params(model), dataset=data.name,
-                eval_split=recipe.eval_split,
+                eval_split=recipe.eval_split, eval_examples=len(eval_split),
                 phases={p.name: PhaseSummary(steps=p.steps, seconds=round(p.seconds, 3),
                                              first_loss=p.losses[0] if p.losses else None,
                                              final_loss=p.losses[-1] if p.losses else None, losses=p.losses,
