@@ -5,6 +5,7 @@ both truncating and padding to MAX_TOKENS. The chosen tokenizer travels inside e
 from __future__ import annotations
 
 from functools import cache
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +59,15 @@ def _fixed_length(tokenizer):
     return tokenizer
 
 
-def encode(tokenizer, batch: list[str]) -> np.ndarray:
-    return np.array([e.ids for e in tokenizer.encode_batch(batch)], dtype=np.int64).reshape(len(batch), MAX_TOKENS)
+def encode(tokenizer, batch: list[str], chunk: int = 50_000) -> np.ndarray:
+    """Token ids [len(batch), MAX_TOKENS], int64. encode_batch_fast: the same ids without the character offsets; the
+    ids of each chunk's encodings read straight into the array (not through one list of 720,000 lists)."""
+    out = np.empty((len(batch), MAX_TOKENS), dtype=np.int64)
+    for start in range(0, len(batch), chunk):
+        encodings = tokenizer.encode_batch_fast(batch[start:start + chunk])
+        out[start:start + len(encodings)] = np.fromiter(chain.from_iterable(e.ids for e in encodings), np.int64,
+                                                        count=len(encodings) * MAX_TOKENS).reshape(-1, MAX_TOKENS)
+    return out
 
 
 TOKENIZATIONS = {TRAINED: committed_tokenizer, "langid": uncased_tokenizer}
