@@ -66,7 +66,7 @@ def test_two_clean_clones_build_identical_bytes(tmp_path, whole_machine):
     assert low <= 13 and high >= 17
 
 
-def test_dirty_tree_is_refused_and_allow_dirty_is_recorded(tmp_path, whole_machine):
+def test_dirty_tree_is_refused_and_allow_dirty_is_recorded(tmp_path):  # refused before any rank starts
     recipe = quick_recipe(tmp_path, steps=30, qat_steps=5)
     clone = _clone(tmp_path / "clone")
     (clone / "zoo" / "stray.py").write_text("# an uncommitted change\n")
