@@ -116,6 +116,7 @@ def test_register_refuses_what_it_cannot_register(tmp_path):
         result = zoo_cli("register", *args, "--tracking-uri", f"sqlite:///{tmp_path / 'r.db'}",
                          env={"ZOO_HOME": str(tmp_path / "home")})
         assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.db").exists()  # no store made
 
 
 @pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)

@@ -220,6 +220,12 @@ class ModelCard(Strict):
             raise ZooError(f"'{self.name}' has no built ONNX variant {', '.join(unknown)}; it has {', '.join(built)}")
         return list(wanted) if wanted else built
 
+    def registrable_variants(self, wanted: list[str] | None = None) -> list[str]:
+        """What `zoo register` registers (inference_variants), refusing an entry with none built."""
+        if not self.inference_variants():
+            raise ZooError(f"'{self.name}' has no built ONNX variant to register: `zoo build {self.name}` makes them")
+        return self.inference_variants(wanted)
+
     def fastest(self, batch: int = 1) -> str:
         """The ONNX file of these weights with the lowest measured latency at `batch` (1 or 32) among those that keep
         fp32's accuracy within their tolerance; fp32 when none beats it."""

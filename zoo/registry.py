@@ -107,9 +107,7 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
     training run that made the files (the version's lineage); without it the models are logged in the experiment
     `zoo-registry`. Returns what each variant got; aliases held by another file are in `conflicts`."""
     card = catalog.get_card(name)
-    if not card.inference_variants():
-        raise ZooError(f"'{name}' has no built ONNX variant to register: `zoo build {name}` makes them")
-    chosen = card.inference_variants(variants)
+    chosen = card.registrable_variants(variants)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # our own log says what happens
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # registering a file is no reason to phone out
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its "Created version ..." repeats ours

@@ -128,12 +128,13 @@ def register(names: list[str] = typer.Argument(None, help="Entries to register."
     Each built ONNX variant becomes a version of zoo.NAME (ONNX flavor,
     the card as tags, aliases fp32, int8-qat, ..., fastest); load one with
     mlflow.pyfunc.load_model("models:/zoo.NAME@int8-qat"). Registering twice adds nothing."""
-    from zoo.registry import model_uri, register as register_entry  # lazy: mlflow + onnx; `zoo list` must not wait
-
     targets = [n for n in catalog.list_models() if catalog.get_card(n).inference_variants()] if all_entries \
         else (names or [])
     if not targets:
         raise ZooError("name an entry to register, or pass --all")
+    for name in targets:  # an unknown entry or variant is refused before MLflow loads (~5 s)
+        catalog.get_card(name).registrable_variants(variant or None)
+    from zoo.registry import model_uri, register as register_entry  # lazy: mlflow + onnx; `zoo list` must not wait
     results = {name: register_entry(name, tracking_uri, variant or None, move_aliases=move_aliases,
                                     log=lambda line: err.print(line, markup=False, highlight=False))
                for name in targets}
