@@ -19,7 +19,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from zoo import catalog
-from zoo.cards import CARD_FILE, PublishedFile, check_paths, dump_card, parse_card, read_yaml
+from zoo.cards import PublishedFile, dump_card, parse_card
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.data import load_dataset
 from zoo.errors import CardError, ZooError
@@ -40,17 +40,6 @@ from zoo.variants.opsets import Origin, opset_range
 TEST_DATA_EXAMPLES = 16
 
 
-def _raw_card(name: str) -> tuple[Path, dict]:
-    path = entries_dir() / name / CARD_FILE
-    if not path.exists():
-        catalog.get_entry(name)  # raises with did-you-mean suggestions
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise CardError(f"{path}: the top level must be a mapping of card fields")
-    check_paths(raw, path.parent, str(path))  # before anything is trained or written
-    return path, raw
-
-
 def build_paths(names: list[str]) -> list[Path]:
     """What building `names` writes in the checkout: their entry folders and the generated catalog files."""
     return [entries_dir() / n for n in names] + catalog.generated_paths()
@@ -65,7 +54,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
     the recorded commit is stamped into every file, so building that commit again gives the same bytes."""
     commit, reproducible = require_clean(build_paths(writes or [name]), allow_dirty)
     catalog.require_every_card(being_built=tuple(writes or [name]))  # the manifest it ends with needs them
-    card_path, raw = _raw_card(name)
+    card_path, raw = catalog.raw_card(name)
     entry_dir = card_path.parent
     training = raw.get("training") or {}
     recipe, architecture = training.get("recipe"), raw.get("architecture")
@@ -142,7 +131,7 @@ def _register(name: str, uri: str, run_id: str, log) -> None:
 def export_variant(name: str, key: str, log=print) -> Path:
     """`zoo export NAME --variant KEY`: make a variant the training run does not make (a kind made from fp32, or a
     retraining the card declares) from the entry's fetched fp32 file, and write its card fields."""
-    card_path, raw = _raw_card(name)
+    card_path, raw = catalog.raw_card(name)
     variants = raw.get("variants") or {}
     spec = spec_for(name, key, variants)
     kind = kind_of(key, spec)
@@ -229,7 +218,7 @@ def _write_test_data(summary: RunSummary, out: Path, entry_dir: Path) -> None:
 def describe(name: str) -> Path:
     """Write a card's static fields (dataset facts, parameter count, inputs/outputs, planned variants) without
     training: for entries whose weights are built elsewhere (a GPU cluster) or imported."""
-    card_path, raw = _raw_card(name)
+    card_path, raw = catalog.raw_card(name)
     recipe = load_recipe(raw["training"]["recipe"], model=raw["architecture"])
     raw.update(_static_fields(recipe.model, recipe.model_args, recipe.dataset))
     raw["training"] = {**raw["training"], "command": " ".join(entry_training_command(recipe.name, raw["architecture"], 8)),

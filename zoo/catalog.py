@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, load_card
+from zoo.cards import CARD_FILE, ModelCard, Variant, check_inside, check_paths, load_card, read_yaml
 from zoo.config import REPO_ROOT, entries_dir
 from zoo.errors import CardError, UnknownModelError, ZooError
 from zoo.fsutil import atomic_write_text
@@ -110,6 +110,19 @@ def get_entry(name: str) -> Entry:
     close = difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.6)
     hint = f"; did you mean: {', '.join(close)}?" if close else "; `zoo list` shows the catalog"
     raise UnknownModelError(f"unknown model '{name}'{hint}")
+
+
+def raw_card(name: str) -> tuple[Path, dict]:
+    """The card of entry `name` as written (`zoo build` and `zoo export` fill in its measured fields), its file paths
+    checked to stay inside the entry folder before anything is trained or written."""
+    path = entries_dir() / name / CARD_FILE
+    if not path.exists():
+        get_entry(name)  # raises with did-you-mean suggestions
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise CardError(f"{path}: the top level must be a mapping of card fields")
+    check_paths(raw, path.parent, str(path))
+    return path, raw
 
 
 def get_card(name: str) -> ModelCard:

@@ -27,13 +27,14 @@ def build(names: list[str] = typer.Argument(None, help="Entries to build."),
     """Build entries from their recipes and write their cards.
 
     Train, export, measure and write the cards' measured fields, from a clean, committed tree."""
-    from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime (~5 s)
-
     targets = catalog.list_models() if all_entries else (names or [])
     if all_entries:
         targets = [n for n in targets if catalog.get_card(n).training.recipe]
     if not targets:
         raise ZooError("name an entry to build, or pass --all")
+    for name in targets:  # an unknown entry or a card path outside its folder: refused before torch loads
+        catalog.raw_card(name)
+    from zoo.build import build as build_entry, describe  # lazy: torch + onnxruntime (~5 s)
     for name in targets:
         if no_train:
             out.print(f"described {name}: {describe(name)}")
@@ -96,6 +97,7 @@ def export_cmd(name: str, variant: list[str] = typer.Option(..., help=f"Variants
     """Make variants from an entry's fp32 file (no retraining).
 
     The fp32 file is fetched; the variants are written into the entry and its card."""
+    catalog.raw_card(name)  # an unknown entry or a card path outside its folder: refused before torch loads
     from zoo.build import export_variant  # lazy: torch + onnxruntime (~5 s)
 
     for key in variant:
