@@ -11,8 +11,11 @@ from pathlib import Path
 # launchers/deepspeed.py and horovod.py from shadowing the packages they are named after.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from zoo.train.launch import launch  # noqa: E402
-from zoo.train.parallel.horovod import init_horovod  # noqa: E402
+from zoo.train.arguments import parse_args  # noqa: E402
 
 if __name__ == "__main__":
-    launch("horovod", init=init_horovod)  # outside horovodrun: --help works, a run says how to start one
+    args = parse_args()  # --help and a wrong option answer here, before torch and Horovod load
+    from zoo.train.launch import launch  # lazy: torch and the trainer, once the arguments parse
+    from zoo.train.parallel.horovod import init_horovod  # lazy: Horovod, as above
+
+    launch("horovod", args, init=init_horovod)  # outside horovodrun: a run says how to start one

@@ -27,7 +27,8 @@ from zoo.models import build_model, model_spec
 from zoo.models.registry import REGISTRY, ModelSpec
 from zoo.recipes import load_recipe
 from zoo.train.distributed import DistContext
-from zoo.train.launch import parse_args, prepare, sweep_cells, torchrun
+from zoo.train.arguments import parse_args
+from zoo.train.launch import prepare, sweep_cells, torchrun
 from zoo.train.parallel import make_strategy, matrix_markdown, support_matrix
 from zoo.train.parallel.ddp import DDPStrategy
 from zoo.train.schedule import Phase

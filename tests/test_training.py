@@ -20,7 +20,8 @@ from zoo.pointer import sha256_file
 from zoo.recipes import load_recipe
 from zoo.train import trainer
 from zoo.train.distributed import DistContext
-from zoo.train.launch import parse_args, prepare
+from zoo.train.arguments import parse_args
+from zoo.train.launch import prepare
 
 LAUNCHER = str(REPO / "launchers" / "ddp.py")
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
