@@ -89,6 +89,23 @@ def test_trained_vocabulary_rides_in_the_dataset_and_fits_the_model():
     assert torch.equal(uncased.test_sets["second-domain"].y, data.test_sets["second-domain"].y)
 
 
+def test_a_prepared_dataset_loads_without_its_texts_or_a_copy_of_its_arrays():
+    """A process that trains or measures on the prepared arrays (every rank) maps them and reads the texts' small
+    sources file for the description: the 30 MB of texts stay unread, and the description is the same."""
+    data = load_dataset(tokenization.TRAINED)  # prepared here if this is the run's first use
+    probe = textwrap.dedent(f"""
+        import json
+        from zoo.data import langid, load_dataset
+        data = load_dataset({tokenization.TRAINED!r})
+        assert langid.texts.cache_info().currsize == 0, "the texts were loaded"
+        assert "/train_x.npy" in open("/proc/self/maps").read(), "the training array was read, not mapped"
+        print(json.dumps([data.source, data.preprocessing]))
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == [data.source, data.preprocessing]
+
+
 def test_the_trained_vocabulary_is_committed_and_fits_the_training_split():
     # The dataset's ids come from the committed vocabulary, never from a training on this machine (not deterministic)
     committed = json.loads(tokenization.VOCABULARY.read_text())["model"]["vocab"]
@@ -113,7 +130,9 @@ _BUILD_AT_ONCE = textwrap.dedent("""
         time.sleep(2)
         return {"x": np.random.default_rng().integers(0, 1 << 30, size=64)}  # another draw in every process
 
-    np.save(sys.argv[2], cached_arrays("probe", "v1", build)["x"])
+    x = cached_arrays("probe", "v1", build)["x"]
+    assert isinstance(x, np.memmap), type(x)  # read memory-mapped, never copied in
+    np.save(sys.argv[2], x)
 """)
 
 
@@ -126,7 +145,27 @@ def test_ranks_wanting_one_dataset_at_once_build_it_once_and_agree(tmp_path):
     assert [r.wait(timeout=120) for r in ranks] == [0, 0]
     assert len(log.read_text().split()) == 1, "both ranks built the dataset"
     assert np.array_equal(np.load(tmp_path / "rank0.npy"), np.load(tmp_path / "rank1.npy"))
-    assert [p.name for p in (tmp_path / "data").iterdir() if not p.name.endswith(".lock")] == ["probe-v1.npz"]
+    assert [p.name for p in (tmp_path / "data").iterdir() if not p.name.endswith(".lock")] == ["probe-v1"]
+    assert sorted(p.name for p in (tmp_path / "data" / "probe-v1").iterdir()) == ["x.npy"]  # no temporary folder left
+
+
+def test_a_cache_of_the_old_single_file_format_is_converted_not_rebuilt(tmp_path, monkeypatch):
+    from zoo.data.base import cached_arrays
+
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    np.savez(tmp_path / "probe-v1.npz", x=np.arange(6).reshape(2, 3), y=np.array([1, 0]))
+
+    def build():
+        raise AssertionError("rebuilt although the old cache held the arrays")
+
+    arrays = cached_arrays("probe", "v1", build)
+    assert sorted(arrays) == ["x", "y"] and arrays["x"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert torch.from_numpy(arrays["x"]).sum() == 15  # copy-on-write maps: torch takes them as they are
+    assert not (tmp_path / "probe-v1.npz").exists() and (tmp_path / "probe-v1" / "y.npy").is_file()
+    # arrays that fail to be written half-way leave no folder behind: the next call builds again
+    with pytest.raises(ValueError, match="allow_pickle"):
+        cached_arrays("other", "v1", lambda: {"a": np.arange(3), "b": np.array([object()])})
+    assert not (tmp_path / "other-v1").exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_pixel_shifts_augment_only_the_training_split():

@@ -45,12 +45,14 @@ LIGHT_ENTRY_POINTS = ("zoo.cli", "zoo", "zoo.store.fetch")  # and every module o
 # trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
 # onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
-# A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import).
+# A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import); the
+# models import DTensor's tensor-parallel styles only for a tensor-parallel plan (`import zoo.models`: 1.9 -> 1.4 s).
 # `zoo build` (held with both CPUs in the tests) imports transformers (zoo.importer, ~3 s) only for an imported entry
 # and MLflow (~2 s) only for a build that tracked.
 RANK_LAZY = {"zoo.build": ("zoo.importer", "zoo.registry", "mlflow"),
              "zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
              "zoo.train.parallel": ("zoo.train.parallel.",),
+             "zoo.models.cnn": ("torch.distributed.tensor",), "zoo.models.bert": ("torch.distributed.tensor",),
              "zoo.federated.client": ("zoo.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages (files, or folders of them) that must read the kinds table, never branch on a kind's name or format.
@@ -204,6 +206,11 @@ def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothin
              "assert levels() == before, ('import zoo.train.qat, zoo.importer', before, levels())\n")
     result = _probe(probe)
     assert result.stderr == "", f"importing the zoo printed: {result.stderr[-2000:]}"
+
+
+def test_the_models_leave_dtensor_to_tensor_parallel_ranks():
+    _probe("import sys\nimport zoo.models, zoo.models.bert, zoo.models.cnn\n"
+           "assert 'torch.distributed.tensor' not in sys.modules, 'zoo.models imported DTensor'\n")
 
 
 def test_onnxruntime_is_imported_only_through_zoo_ort():

@@ -3,9 +3,11 @@ rename, so no reader ever sees half a file)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from zoo.errors import ZooError
@@ -69,6 +71,21 @@ def atomic_write_bytes(target: Path, data: bytes) -> None:
 
 def atomic_write_text(target: Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path) -> Iterator[Path]:
+    """A temporary folder beside `target` to fill; renamed to `target` when the block ends without an exception (a
+    reader sees the whole folder or none), removed otherwise. `target` must not exist yet."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def human_size(size: int) -> str:

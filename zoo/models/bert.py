@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from zoo.data.langid import TRAINED
 from zoo.models.registry import register_model
@@ -205,6 +204,8 @@ class BertClassifier(nn.Module):
         return [_EmbedStage(self.bert), *(_LayerStage(layer) for layer in self.bert.encoder.layer), _HeadStage(self)]
 
     def tensor_parallel_plan(self) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # lazy: TP ranks only
+
         plan = {}
         for i in range(len(self.bert.encoder.layer)):
             prefix = f"bert.encoder.layer.{i}"

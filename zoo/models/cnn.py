@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from zoo.models.registry import register_model
 
@@ -35,6 +34,8 @@ class ConvClassifier(nn.Module):
         return [*self.features, *self.head]
 
     def tensor_parallel_plan(self) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # lazy: TP ranks only
+
         # The MLP head holds most parameters: hidden units column-wise, the logits layer row-wise.
         return {"head.1": ColwiseParallel(), "head.3": RowwiseParallel()}
 
