@@ -173,7 +173,10 @@ def mlflow_server(tmp_path_factory):
     proc = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                              "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                              "--default-artifact-root", str(tmp_path / "artifacts")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            # MLflow 3's job runner (eight processes importing the server, ~150 CPU-s while the
+                            # module's tests ran under load) serves GenAI scoring jobs the zoo never submits.
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
