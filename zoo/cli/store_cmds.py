@@ -17,10 +17,7 @@ from zoo.provenance import tree_state
 from zoo.store.publish import check_store as run_check
 from zoo.store.publish import publish as publish_entry
 from zoo.store.publish import store_size
-from zoo.store.serve import (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_HEAD, DEFAULT_MAX_OBJECT,
-                             ServeLimits, exposure_warning, load_secret)
-from zoo.store.serve import issue_token as issue_token_for
-from zoo.store.serve import serve as run_server
+from zoo.store.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_HEAD, DEFAULT_MAX_OBJECT, ServeLimits
 from zoo.cli.app import app, out, err, human
 
 
@@ -128,6 +125,10 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
     """Serve an LFS mirror (giftless) on this machine.
 
     Anonymous read, uploads with a token (`--issue-token` mints one)."""
+    from zoo.store.serve import exposure_warning, load_secret  # lazy: giftless and flask, for this command only
+    from zoo.store.serve import issue_token as issue_token_for  # lazy: as above
+    from zoo.store.serve import serve as run_server  # lazy: as above
+
     secret = load_secret(secret_file)
     if issue_token:
         if secret is None:

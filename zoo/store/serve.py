@@ -30,7 +30,6 @@ import os
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
@@ -42,38 +41,12 @@ from waitress.server import create_server
 from werkzeug.exceptions import RequestEntityTooLarge, UnprocessableEntity
 
 from zoo.errors import ZooError
+from zoo.store.limits import DEFAULT_MAX_OBJECT, ServeLimits
 from zoo.store.serve_wsgi import LOOPBACK, JsonErrorChannel, object_path, servable
 
 MIN_SECRET_LENGTH = 32
-DEFAULT_MAX_OBJECT = 2 * 2**30  # 2 GiB: the largest zoo files are a few hundred MiB
-DEFAULT_MAX_BATCH_BODY = 2**20  # 1 MiB: ~10,000 objects per batch request
-DEFAULT_MAX_HEAD = 64 * 2**10  # request line and headers (a token is ~300 bytes)
-DEFAULT_BODY_TIMEOUT = 30  # seconds without a byte of an unfinished request before the connection is closed
 ACTION_LIFETIME = 600  # seconds a pre-authorized upload/download link stays valid
 CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """What `zoo serve` accepts; the middleware (JSON errors) and waitress (bodies, heads, slow clients) enforce the
-    same numbers."""
-
-    max_object_size: int = DEFAULT_MAX_OBJECT
-    max_batch_body: int = DEFAULT_MAX_BATCH_BODY
-    max_head: int = DEFAULT_MAX_HEAD
-    body_timeout: int = DEFAULT_BODY_TIMEOUT
-
-    def __post_init__(self):
-        for name in ("max_object_size", "max_batch_body", "max_head", "body_timeout"):
-            if getattr(self, name) <= 0:
-                raise ZooError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be a positive number")
-
-    def waitress(self) -> dict:
-        # waitress reads a whole body before the application sees it: it must refuse a larger one itself (it refuses
-        # a body of max_request_body_size bytes or more, hence + 1).
-        return {"max_request_body_size": max(self.max_object_size, self.max_batch_body) + 1,
-                "max_request_header_size": self.max_head, "channel_timeout": self.body_timeout,
-                "cleanup_interval": max(1, min(30, self.body_timeout // 2))}  # how often waitress looks for them
 
 
 class VerifiedLocalStorage(LocalStorage):
