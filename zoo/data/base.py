@@ -122,8 +122,8 @@ def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
     build them, so all of them train on the same arrays.
 
     Stored as one uncompressed .npy file per array in a folder written atomically, and read memory-mapped
-    (copy-on-write): a process pays nothing to open the language-ID arrays (370 MB; 1.4 s to read them from an .npz),
-    and the ranks of one machine share one copy of them in the page cache instead of each holding its own."""
+    (copy-on-write): a process opens the language-ID arrays (370 MB) at once instead of reading them (0.7-1.4 s
+    from an .npz), and the ranks of one machine share one copy of them in the page cache instead of each holding its own."""
     folder = data_dir() / f"{name}-{version}"
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
