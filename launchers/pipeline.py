@@ -12,10 +12,7 @@ from pathlib import Path
 # launchers/deepspeed.py and horovod.py from shadowing the packages they are named after.
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from zoo.train.arguments import parse_args  # noqa: E402
+from zoo.train.entry import run_launcher  # noqa: E402
 
 if __name__ == "__main__":
-    args = parse_args()  # --help and a wrong option answer here, before torch loads
-    from zoo.train.launch import launch  # lazy: torch and the trainer, once the arguments parse
-
-    launch("pipeline", args)
+    run_launcher("pipeline")

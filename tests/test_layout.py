@@ -54,7 +54,7 @@ RANK_LAZY = {"zoo.build": ("zoo.importer", "zoo.registry", "mlflow"),
              "zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
              "zoo.train.parallel": ("zoo.train.parallel.",),
              "zoo.models.cnn": ("torch.distributed.tensor",), "zoo.models.bert": ("torch.distributed.tensor",),
-             "zoo.train.checkpoint": ("torch.distributed.checkpoint",),
+             "zoo.train.checkpoint": ("torch.distributed.checkpoint",), "zoo.train.entry": ("zoo.train.launch",),
              "zoo.federated.client": ("zoo.fleet",),
              "zoo.ondevice.engine": ("onnxruntime.training.artifacts", "onnxruntime.training.onnxblock")}
 # The stages (files, or folders of them) that must read the kinds table, never branch on a kind's name or format.

@@ -1,0 +1,16 @@
+"""A launcher's main (launchers/*.py): the command line first (zoo.train.arguments), so `--help` and a wrong option
+answer before torch loads, then the trainer under the launcher's strategy (zoo.train.launch)."""
+
+from __future__ import annotations
+
+from pkgutil import resolve_name
+
+from zoo.train.arguments import parse_args
+
+
+def run_launcher(launcher: str, init: str | None = None) -> None:
+    """`init` ("module:function", Horovod's) joins the job; its module is imported only then."""
+    args = parse_args()
+    from zoo.train.launch import launch  # lazy: torch and the trainer, once the arguments parse
+
+    launch(launcher, args, init=resolve_name(init) if init else None)
