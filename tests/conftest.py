@@ -72,6 +72,7 @@ def pytest_collection_modifyitems(items):
 # build/test-times.json. The exclusive seconds of all files run one after another: with the other files' wall
 # seconds less their waits, shared by two workers, they bound the run from below.
 _FILE_TIMES: dict[str, dict[str, float]] = {}
+_TEST_TIMES: dict[str, dict[str, float]] = {}  # the same per test, in the JSON only
 _STARTED: dict[str, tuple[float, ...]] = {}
 _KEYS = ("wall_s", "cpu_s", "wait_s", "exclusive_s")
 
@@ -112,6 +113,7 @@ def pytest_runtest_logreport(report):
     row["tests"] += 1
     for key, seconds in zip(_KEYS, times):
         row[key] += seconds
+    _TEST_TIMES[report.nodeid] = {key: round(seconds, 2) for key, seconds in zip(_KEYS, times)}
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -132,8 +134,9 @@ def pytest_terminal_summary(terminalreporter, config):
     part = {"not ranks": "-shared", "ranks": "-ranks"}.get(config.option.markexpr, "")
     out = Path(__file__).resolve().parents[1] / "build" / f"test-times{part}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"files": dict(rows), "total": total, "unmarked_both_cpus": sorted(_UNMARKED)},
-                              indent=2) + "\n")
+    tests = dict(sorted(_TEST_TIMES.items(), key=lambda item: (-item[1]["exclusive_s"], -item[1]["wall_s"])))
+    out.write_text(json.dumps({"files": dict(rows), "total": total, "unmarked_both_cpus": sorted(_UNMARKED),
+                               "tests": tests}, indent=2) + "\n")
 
 
 @pytest.fixture

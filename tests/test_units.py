@@ -8,6 +8,8 @@ import hashlib
 import io
 import math
 import re
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -362,3 +364,42 @@ def test_the_root_failure_is_the_rank_that_failed_not_the_one_torchrun_stopped()
     assert root_failure(ChildFailedError("x", {0: later, 1: failed}))[0] == 0
     # Every rank stopped by a signal (an OOM kill, a node lost): still one of them, not an error.
     assert root_failure(ChildFailedError("x", {1: stopped}))[0] == 1
+
+
+def _dropout_flags(graph: torch.fx.GraphModule) -> list[bool]:
+    return [node.args[2] for node in graph.graph.nodes if str(node.target) == "aten.dropout.default"]
+
+
+def test_a_qat_graph_switches_train_and_eval_only_where_an_op_depends_on_it(monkeypatch):
+    """PT2E's train/eval switch traces its dropout and batch-norm patterns anew on every call (zoo.train.qat
+    allow_train_eval): the CNN's QAT graph, which has neither, never calls it; a graph with dropout trains with it on
+    and is converted with it off."""
+    import torchao.quantization.pt2e.utils as pt2e_utils
+
+    from zoo.train.qat import convert_qat, prepare_qat
+
+    traced = []
+    pattern = pt2e_utils._get_aten_graph_module_for_pattern
+    monkeypatch.setattr(pt2e_utils, "_get_aten_graph_module_for_pattern",
+                        lambda *args, **kwargs: traced.append(1) or pattern(*args, **kwargs))
+    cnn = prepare_qat(build_model("digits-cnn", 10), torch.randn(2, 1, 8, 8))
+    cnn.train()
+    cnn.eval()
+    convert_qat(cnn)
+    assert traced == []
+    with_dropout = prepare_qat(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5),
+                                                   torch.nn.Linear(8, 3)), torch.randn(2, 8))
+    assert _dropout_flags(with_dropout) == [True] and traced
+    assert _dropout_flags(convert_qat(with_dropout)) == [False]
+
+
+def test_a_launcher_rank_freezes_what_its_imports_made():
+    """zoo.train.entry: a rank's imports (torch: ~200,000 objects) are out of the cyclic GC's reach before training, so
+    no collection during the run walks them."""
+    script = ("import gc, sys\nimport zoo.train.launch\n"
+              "zoo.train.launch.launch = lambda *a, **k: print(gc.get_freeze_count())\n"
+              "from zoo.train.entry import run_launcher\nsys.argv = ['ddp.py', '--recipe', 'fp32']\n"
+              "run_launcher('ddp')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.strip()) > 100_000

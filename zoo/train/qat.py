@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import types
 import warnings
 
 import torch
@@ -17,11 +18,7 @@ import torch
 from zoo.logs import NOISY_IMPORTS, quiet
 
 with quiet(*NOISY_IMPORTS):  # torchao warns while imported (CUDA kernels a CPU build lacks)
-    from torchao.quantization.pt2e import (
-        allow_exported_model_train_eval,
-        move_exported_model_to_eval,
-        move_exported_model_to_train,
-    )
+    from torchao.quantization.pt2e import allow_exported_model_train_eval
     from torchao.quantization.pt2e.fake_quantize import FusedMovingAvgObsFakeQuantize
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
@@ -64,10 +61,26 @@ def prepare_qat(model: torch.nn.Module, example: torch.Tensor) -> torch.nn.Modul
         warnings.simplefilter("ignore")
         graph = torch.export.export(model, (example,), dynamic_shapes=({0: batch},)).module()
         prepared = prepare_qat_pt2e(graph, quantizer)
-    # Lets `.train()`/`.eval()` (called through DDP and other wrappers) map to PT2E's own switches.
-    allow_exported_model_train_eval(prepared)
-    move_exported_model_to_train(prepared)
+    allow_train_eval(prepared)
+    prepared.train()
     return prepared
+
+
+# The ops whose train and eval forms differ in an exported graph: PT2E's train/eval switch rewrites their patterns.
+MODE_DEPENDENT_OPS = ("dropout", "batch_norm")
+
+
+def allow_train_eval(prepared: torch.fx.GraphModule) -> None:
+    """Lets `.train()`/`.eval()` (called through DDP and other wrappers) work on the exported QAT graph: PT2E's own
+    switches where the graph holds dropout or batch norm (BERT). A graph with neither (the CNN, the GRU) has nothing
+    to switch, and PT2E's switch would still trace its six patterns anew (0.3-1 s a switch, two a QAT phase on every
+    rank): there the calls do nothing."""
+    if any(node.op == "call_function" and any(op in str(node.target) for op in MODE_DEPENDENT_OPS)
+           for node in prepared.graph.nodes):
+        allow_exported_model_train_eval(prepared)
+        return
+    prepared.train = types.MethodType(lambda self, mode=True: self, prepared)
+    prepared.eval = types.MethodType(lambda self: self, prepared)
 
 
 @contextlib.contextmanager
@@ -86,7 +99,7 @@ def _no_cyclic_gc():
 
 def convert_qat(prepared: torch.nn.Module) -> torch.nn.Module:
     """Fold the learned fake quantization into quantize/dequantize ops, ready for ONNX export."""
-    move_exported_model_to_eval(prepared)
+    prepared.eval()  # allow_train_eval: PT2E's switch to eval where the graph has one
     return convert_pt2e(prepared)
 
 
