@@ -22,7 +22,7 @@ import yaml
 from filelock import FileLock
 from onnx import TensorProto, helper, numpy_helper
 
-from zoo import catalog, docs
+from zoo import catalog
 from zoo.pointer import pointer_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -369,6 +369,8 @@ def train_onnx(tmp_path: Path, out: str, *args: str) -> Path:
 def run_use_it(entries: Path, name: str, tmp: Path, env: dict | None = None) -> list[str]:
     """Generate `name`'s docs page from the catalog at `entries`, run its "Use it" block as a user would (a fresh
     Python process), and return the labels it printed."""
+    from zoo import docs  # here: torch, onnxruntime and MLflow (3.4 s), which every pytest process would import
+
     page = docs.model_page(catalog.entries(entries)[name], {}, tmp)
     block = page.split("## Use it", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     script = tmp / f"use-{name}.py"
