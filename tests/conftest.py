@@ -111,9 +111,10 @@ def pytest_runtest_logreport(report):
         _UNMARKED.append(report.nodeid)
     row = _FILE_TIMES.setdefault(report.location[0], {"tests": 0, **dict.fromkeys(_KEYS, 0.0)})
     row["tests"] += 1
-    for key, seconds in zip(_KEYS, times):
+    own = dict(zip(_KEYS, times))
+    for key, seconds in own.items():
         row[key] += seconds
-    _TEST_TIMES[report.nodeid] = {key: round(seconds, 2) for key, seconds in zip(_KEYS, times)}
+    _TEST_TIMES[report.nodeid] = {key: round(seconds, 2) for key, seconds in own.items()}
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -125,26 +125,24 @@ def serve(storage: Path = typer.Option(None, help="Folder for the objects."),
     """Serve an LFS mirror (giftless) on this machine.
 
     Anonymous read, uploads with a token (`--issue-token` mints one)."""
-    from zoo.store.serve import exposure_warning, load_secret  # lazy: giftless and flask, for this command only
-    from zoo.store.serve import issue_token as issue_token_for  # lazy: as above
-    from zoo.store.serve import serve as run_server  # lazy: as above
+    from zoo.store import serve as server  # lazy: giftless and flask, for this command only
 
-    secret = load_secret(secret_file)
+    secret = server.load_secret(secret_file)
     if issue_token:
         if secret is None:
             raise ZooError("--issue-token needs the server's secret: set ZOO_SERVE_SECRET or pass --secret-file")
         if expires <= 0:
             raise ZooError(f"--expires {expires}: a token's lifetime must be a positive number of seconds")
-        print(issue_token_for(secret, expires, subject))
+        print(server.issue_token(secret, expires, subject))
         return
     if storage is None:
         raise ZooError("--storage FOLDER is required to serve (the folder objects are kept in)")
     limits = ServeLimits(max_object_size, max_batch_body, max_head, body_timeout)
-    warning = exposure_warning(host, anonymous_writes)
+    warning = server.exposure_warning(host, anonymous_writes)
     if warning:
         err.print(warning)
     mode = "anonymous read-write" if anonymous_writes else (
         "anonymous read, uploads with a token" if secret else "read-only (no secret: uploads are refused)")
     err.print(f"LFS endpoint: http://{host}:{port}/zoo/models.git/info/lfs ({mode})")
-    run_server(storage, host, port, ranges=not no_ranges, secret=secret, anonymous_writes=anonymous_writes,
+    server.serve(storage, host, port, ranges=not no_ranges, secret=secret, anonymous_writes=anonymous_writes,
                limits=limits, access_log=None if access_log == "" else access_log)
