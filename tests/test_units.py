@@ -403,3 +403,15 @@ def test_a_launcher_rank_freezes_what_its_imports_made():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout.strip()) > 100_000
+
+
+def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
+    """zoo.train.parallel.deepspeed.import_deepspeed: DeepSpeed's autotuner imports MLflow if it can (most of
+    `import deepspeed`); a DeepSpeed rank imports it with MLflow hidden, and rank 0's tracking still imports MLflow."""
+    script = ("import sys\nfrom zoo.train.parallel.deepspeed import import_deepspeed\nimport_deepspeed()\n"
+              "import deepspeed.autotuning.autotuner as tuner\n"
+              "print('mlflow' in sys.modules, tuner.has_mlflow, 'mlflow' in sys.modules)\n"
+              "import mlflow\nprint(mlflow.__name__)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "False", "mlflow"]

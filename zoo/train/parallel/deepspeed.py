@@ -22,14 +22,24 @@ from zoo.train.parallel.base import Strategy, make_optimizer, require_world, sum
 from zoo.train.parallel.pipeline import balanced_split, merge_stages
 
 
-def deepspeed_environment() -> None:
-    """What DeepSpeed reads from the environment when imported, set (unless the user set it) before a DeepSpeed
-    strategy first imports it: its CPU communication op is built once by `make setup` into the virtualenv's
-    torch-extensions folder (a JIT build in every job's first step would cost minutes), and without NVIDIA devices
-    its accelerator is the CPU (its probe would otherwise print a warning to stdout, into `--json` output)."""
+def import_deepspeed() -> None:
+    """Import DeepSpeed, once per process, before a DeepSpeed strategy uses it. What it reads from the environment
+    when imported is set first (unless the user set it): its CPU communication op is built once by `make setup` into
+    the virtualenv's torch-extensions folder (a JIT build in every job's first step would cost minutes), and without
+    NVIDIA devices its accelerator is the CPU (its probe would otherwise print a warning to stdout, into `--json`
+    output). DeepSpeed's package imports its autotuner, which imports MLflow if it can (to log autotuning trials; the
+    zoo never autotunes): most of `import deepspeed` (1.1-1.9 s a rank). It is imported with MLflow hidden, so the
+    autotuner notes MLflow as missing; `import mlflow` afterwards (rank 0's tracking) works as before."""
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
     if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
         os.environ["DS_ACCELERATOR"] = "cpu"
+    if "deepspeed" in sys.modules or "mlflow" in sys.modules:
+        return
+    sys.modules["mlflow"] = None  # `import mlflow` raises ImportError while this is set
+    try:
+        import deepspeed  # noqa: F401  # lazy: optional and heavy (DeepSpeed); only its strategies need it
+    finally:
+        del sys.modules["mlflow"]
 
 
 def buffer_sizes(num_params: int, stage: int) -> dict:
@@ -139,7 +149,7 @@ class _DeepSpeedBase(Strategy):
     stage = 0
 
     def __init__(self, ctx, recipe, build_model):
-        deepspeed_environment()  # before any import of DeepSpeed in this process
+        import_deepspeed()  # before any other import of DeepSpeed in this process
         super().__init__(ctx, recipe, build_model)
 
     def _initialize(self, model: torch.nn.Module, lr: float, micro: int, accumulation: int) -> None:
