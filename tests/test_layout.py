@@ -215,6 +215,14 @@ def test_the_models_leave_dtensor_to_tensor_parallel_ranks():
            "assert 'torch.distributed.tensor' not in sys.modules, 'zoo.models imported DTensor'\n")
 
 
+def test_the_cli_starts_without_the_libraries_of_its_heavier_commands():
+    """Every `zoo` command imports the CLI (the tests alone run a few hundred): numpy (a card's confidence interval)
+    and requests (publishing, checking a store) are imported by the commands that use them, not by every start."""
+    _probe("import sys\nimport zoo.cli\n"
+           "heavy = sorted(m for m in ('numpy', 'requests', 'torch', 'onnxruntime', 'mlflow') if m in sys.modules)\n"
+           "assert not heavy, heavy\n")
+
+
 def test_onnxruntime_is_imported_only_through_zoo_ort():
     """zoo.ort imports onnxruntime without ORTModule (torch, DeepSpeed, MLflow: 9 s of CPU); a module that uses one of
     its submodules imports zoo.ort first, and nothing is left blocked afterwards."""

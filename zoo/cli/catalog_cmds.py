@@ -13,7 +13,6 @@ from zoo import catalog
 from zoo.config import lfs_remote_urls, repo_store
 from zoo.errors import ZooError
 from zoo.fsutil import plural
-from zoo.metrics import wilson_interval
 from zoo.store.cache import ObjectCache, lfs_objects, object_relpath
 from zoo.pointer import read_pointer
 from zoo.kinds import KINDS, kind_of, slower_than_fp32
@@ -61,6 +60,8 @@ def card(name: str, full: bool = typer.Option(False, "--full", help="Every colum
         say(step, indent="  ", label=f"{i}. ")
     for title, tensors in (("Inputs ", c.inputs), ("Outputs ", c.outputs)):
         say("; ".join(f"{t.name} {t.dtype} [{', '.join(map(str, t.shape))}]" for t in tensors), label=title)
+    from zoo.metrics import wilson_interval  # lazy: numpy (~0.13-0.3 s), which most commands never need
+
     tested = c.dataset.splits.get("test")
     rows = []
     for key, v in c.variants.items():

@@ -14,9 +14,6 @@ from zoo.errors import ZooError
 from zoo.fsutil import atomic_write_text, plural
 from zoo.layouts import launchers_table
 from zoo.provenance import tree_state
-from zoo.store.publish import check_store as run_check
-from zoo.store.publish import publish as publish_entry
-from zoo.store.publish import store_size
 from zoo.store.limits import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_HEAD, DEFAULT_MAX_OBJECT, ServeLimits
 from zoo.cli.app import app, out, err, human
 
@@ -33,6 +30,8 @@ def publish(names: list[str] = typer.Argument(None, help="Entries to publish."),
     The primaries (fp32, int8-qat, int8-ptq, retrained) and test data go into the repository's store
     (or a mirror) and replace them with pointers in the checkout; prints the store's total size. Then commit the
     card, pointers and store together."""
+    from zoo.store.publish import publish as publish_entry, store_size  # lazy: requests (~0.16-0.3 s), for publishing
+
     targets = catalog.list_models() if all_entries else (names or [])
     if not targets:
         raise ZooError("name an entry to publish, or pass --all")
@@ -62,6 +61,8 @@ def check_store(store: Optional[str] = typer.Argument(None, help="LFS URL or bar
     stores = [store] if store else [str(s) for s in [repo_store()] if s] + lfs_remote_urls()
     if not stores:
         raise ZooError("no store configured: name one, or set ZOO_LFS_URL")
+    from zoo.store.publish import check_store as run_check  # lazy: requests (~0.16-0.3 s), for checking a store
+
     bad = 0
     for url in stores:
         problems, total = run_check(url, derived=derived)
