@@ -13,16 +13,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from zoo.imports import unavailable
+
 ORTMODULE = "onnxruntime.training.ortmodule"
 
-_blocked = "onnxruntime" not in sys.modules and ORTMODULE not in sys.modules  # else: nothing to save, or to undo
-if _blocked:
-    sys.modules[ORTMODULE] = None  # an import of it fails at once, without importing its parents
-try:
+with unavailable(ORTMODULE):
     import onnxruntime as ort
-finally:
-    if _blocked and sys.modules.get(ORTMODULE, False) is None:
-        del sys.modules[ORTMODULE]
 
 __all__ = ["ort", "training_package_without_torch"]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from zoo.imports import unavailable
 from zoo.models import pipeline_blocks
 from zoo.train.checkpoint import latest_complete, mark_complete
 from zoo.train.parallel.base import Strategy, make_optimizer, require_world, summed_loss
@@ -33,13 +34,8 @@ def import_deepspeed() -> None:
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch-extensions"))
     if "DS_ACCELERATOR" not in os.environ and not os.path.exists("/dev/nvidiactl"):
         os.environ["DS_ACCELERATOR"] = "cpu"
-    if "deepspeed" in sys.modules or "mlflow" in sys.modules:
-        return
-    sys.modules["mlflow"] = None  # `import mlflow` raises ImportError while this is set
-    try:
+    with unavailable("mlflow"):
         import deepspeed  # noqa: F401  # lazy: optional and heavy (DeepSpeed); only its strategies need it
-    finally:
-        del sys.modules["mlflow"]
 
 
 def buffer_sizes(num_params: int, stage: int) -> dict:
