@@ -39,6 +39,13 @@ def failed_run(cmd: list[str], stdout: str, stderr: str) -> str:
             f"--- stderr (tail)\n{stderr[-5000:]}")
 
 
+def fresh_python(script: str) -> subprocess.CompletedProcess:
+    """`script` run in a fresh interpreter (what importing does to a process); its assertions must hold."""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
 def make_onnx(path: Path, n_in: int = 8, n_out: int = 3, seed: int = 0) -> Path:
     """A real (tiny) linear classifier as ONNX: logits = x @ W + b."""
     rng = np.random.default_rng(seed)

@@ -14,7 +14,7 @@ from pkgutil import resolve_name
 import pytest
 import torch
 
-from tests.helpers import REPO
+from tests.helpers import REPO, fresh_python
 from zoo import docs, kinds, layouts
 from zoo.cards import parse_card
 from zoo.docs.model_page import launcher_commands
@@ -181,13 +181,6 @@ def test_imports_are_at_the_top_except_documented_lazy_ones():
                           "`# lazy: why` comment):\n" + "\n".join(offenders)
 
 
-def _probe(script: str) -> subprocess.CompletedProcess:
-    """`script` run in a fresh interpreter (what importing does to a process); its assertions must hold."""
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result
-
-
 def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothing():
     """No behaviour at import time: `import zoo` (and the CLI, fetch) change no logger, no environment variable and no
     import machinery; the modules that import the
@@ -206,19 +199,19 @@ def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothin
              "assert dict(os.environ) == environ and sys.meta_path == finders, 'import zoo changed the process'\n"
              "import zoo.train.qat, zoo.importer\n"
              "assert levels() == before, ('import zoo.train.qat, zoo.importer', before, levels())\n")
-    result = _probe(probe)
+    result = fresh_python(probe)
     assert result.stderr == "", f"importing the zoo printed: {result.stderr[-2000:]}"
 
 
 def test_the_models_leave_dtensor_to_tensor_parallel_ranks():
-    _probe("import sys\nimport zoo.models, zoo.models.bert, zoo.models.cnn\n"
+    fresh_python("import sys\nimport zoo.models, zoo.models.bert, zoo.models.cnn\n"
            "assert 'torch.distributed.tensor' not in sys.modules, 'zoo.models imported DTensor'\n")
 
 
 def test_the_cli_starts_without_the_libraries_of_its_heavier_commands():
     """Every `zoo` command imports the CLI (the tests alone run a few hundred): numpy (a card's confidence interval)
     and requests (publishing, checking a store) are imported by the commands that use them, not by every start."""
-    _probe("import sys\nimport zoo.cli\n"
+    fresh_python("import sys\nimport zoo.cli\n"
            "heavy = sorted(m for m in ('numpy', 'requests', 'torch', 'onnxruntime', 'mlflow') if m in sys.modules)\n"
            "assert not heavy, heavy\n")
 
@@ -247,7 +240,7 @@ def test_onnxruntime_is_imported_only_through_zoo_ort():
              "assert loaded() == [], loaded()  # ORTModule was neither imported nor left blocked (None)\n"
              "import zoo.ort_quantize  # onnxruntime's transformer optimizer imports torch itself\n"
              "assert loaded() == ['torch'], loaded()\n")
-    _probe(probe)
+    fresh_python(probe)
 
 
 def test_the_layout_guide_names_every_module():

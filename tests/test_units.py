@@ -8,8 +8,6 @@ import hashlib
 import io
 import math
 import re
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -27,6 +25,8 @@ from zoo.store.verified_writes import HashingWriter
 from zoo.train.launch import root_failure
 from zoo.train.schedule import LENGTH_GROUP_BATCHES, BatchPlan, Phase, lr_at
 from zoo.variants.checks import Row, summary_line
+
+from tests.helpers import fresh_python
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
@@ -393,13 +393,6 @@ def test_a_qat_graph_switches_train_and_eval_only_where_an_op_depends_on_it(monk
     assert _dropout_flags(convert_qat(with_dropout)) == [False]
 
 
-def _python(script: str) -> str:
-    """What `script` prints, run by a fresh Python process (what it imports is what a rank would import)."""
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 def test_a_launcher_rank_freezes_what_its_imports_made():
     """zoo.train.entry: a rank's imports (torch: ~200,000 objects) are out of the cyclic GC's reach before training, so
     no collection during the run walks them."""
@@ -407,7 +400,7 @@ def test_a_launcher_rank_freezes_what_its_imports_made():
               "zoo.train.launch.launch = lambda *a, **k: print(gc.get_freeze_count())\n"
               "from zoo.train.entry import run_launcher\nsys.argv = ['ddp.py', '--recipe', 'fp32']\n"
               "run_launcher('ddp')\n")
-    assert int(_python(script).strip()) > 100_000
+    assert int(fresh_python(script).stdout.strip()) > 100_000
 
 
 def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
@@ -417,4 +410,4 @@ def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
               "import deepspeed.autotuning.autotuner as tuner\n"
               "print('mlflow' in sys.modules, tuner.has_mlflow, 'mlflow' in sys.modules)\n"
               "import mlflow\nprint(mlflow.__name__)\n")
-    assert _python(script).split() == ["False", "False", "False", "mlflow"]
+    assert fresh_python(script).stdout.split() == ["False", "False", "False", "mlflow"]
