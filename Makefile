@@ -73,28 +73,12 @@ quickstart: setup
 	$(BIN)/zoo predict bert-tiny --variant int8-qat "Der Hund schläft im Garten." "El perro duerme en el jardín." \
 	  "Кошка спит на диване." "The dog sleeps in the garden."
 
-# The tests, then CI's re-measurement of every model (ci/validate.sh: every entry, every variant, every opset).
+# The tests and, beside them, CI's re-measurement of every model (ci/validate.sh: every entry, variant and opset).
 # Running the tests never modifies the checkout (builds record its commit): checked after the run.
-PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
-
 test: setup
 	@mkdir -p build && git status --porcelain --untracked-files=all > build/checkout-before-tests.txt
-	@# pytest in two parts (tests/conftest.py): the single-process tests two at a time, then the tests that hold both
-	@# CPUs (-m ranks), so no test waits with a CPU idle for the other worker's test to end.
-	@# Both parts share one prepared-data cache and one folder of what tests make once (tests/conftest.py); the
-	@# quick entries' builds (both CPUs) are made first (tests/helpers.py made_first), so no worker waits for them.
-	@start=$$(date +%s); shared_dir=$$(mktemp -d -t zoo-test-XXXXXX); trap 'rm -rf "$$shared_dir"' EXIT; \
-	  export ZOO_DATA_DIR=$$shared_dir/data ZOO_TEST_SHARED=$$shared_dir/made-once; \
-	  mkdir -p $$ZOO_DATA_DIR $$ZOO_TEST_SHARED; \
-	  $(BIN)/python -m tests.helpers; shared=$$?; made=$$(date +%s); \
-	  if [ $$shared -eq 0 ]; then $(PYTEST) --durations=25 -m "not ranks"; shared=$$?; fi; half=$$(date +%s); \
-	  $(PYTEST) --durations=15 -m ranks; \
-	  ranks=$$?; mid=$$(date +%s); validation=not-run; \
-	  if [ $$shared -eq 0 ] && [ $$ranks -eq 0 ]; then bash ci/validate.sh; validation=$$?; fi; end=$$(date +%s); \
-	  echo "make test: $$((end - start)) s wall (pytest $$((mid - start)) s: $$((half - start)) s single-process" \
-	    "tests (the first $$((made - start)) s the quick entries' builds), exit $$shared, then $$((mid - half)) s" \
-	    "tests that hold both CPUs, exit $$ranks; validation $$((end - mid)) s, exit $$validation)"; \
-	  [ $$shared -eq 0 ] && [ $$ranks -eq 0 ] && [ "$$validation" = 0 ]
+	@# pytest in two parts, validation beside them at idle priority: ci/test.sh
+	@bash ci/test.sh
 	@git status --porcelain --untracked-files=all | diff build/checkout-before-tests.txt - || \
 	  (echo "make test changed the checkout (lines above): tests must write to ignored or temporary folders"; exit 1)
 
