@@ -5,9 +5,9 @@
 #   cache and one folder of what tests make once; the quick entries' builds (both CPUs) are made first
 #   (tests/helpers.py made_first), so no worker waits for them.
 # - Validation runs beside the tests at idle priority (SCHED_IDLE: it gets a CPU only when no test process wants it),
-#   in a session of its own, its output in build/validation/validation.log, printed when it ends. The tests that hold
-#   both CPUs leave one idle for seconds at a time (a rank 0 exporting while the others wait, a server waiting out a
-#   timeout, the test's own checks): validation fills those gaps instead of running alone after the tests.
+#   in a process group of its own, its output in build/validation/validation.log, printed when it ends. The tests
+#   that hold both CPUs leave one idle for seconds at a time (a rank 0 exporting while the others wait, a server
+#   waiting out a timeout, the test's own checks): validation fills those gaps instead of running alone afterwards.
 # Exit status: non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ start=$(date +%s)
 shared_dir=$(mktemp -d -t zoo-test-XXXXXX)
 validation_pid=""
 stop_validation() {
-  # its whole session: zoo validate's worker processes and any rebuild's torchrun and ranks
+  # its whole process group: zoo validate's worker processes and any rebuild's torchrun and ranks
   if [ -n "$validation_pid" ]; then kill -- -"$validation_pid" 2>/dev/null; wait "$validation_pid" 2>/dev/null; fi
   rm -rf "$shared_dir"
 }
@@ -32,8 +32,12 @@ mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
 shared=$?
 made=$(date +%s)
 echo "validation: running beside the tests at idle priority (ci/validate.sh; its output: $LOG, printed when it ends)"
-setsid chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &
+# A process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an autogroup of
+# its own, which the kernel gives as much CPU as the tests' session, idle priority or not.
+set -m
+chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &
 validation_pid=$!
+set +m
 if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 -m "not ranks"; shared=$?; fi
 half=$(date +%s)
 "${PYTEST[@]}" --durations=15 -m ranks

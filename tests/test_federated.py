@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.helpers import REPO, train_onnx
+from tests.helpers import REPO, made_once, train_onnx
 from zoo.metadata import read_metadata
 from zoo.fleet import write_shard
 from zoo.federated.run import LocalFederation
@@ -25,9 +25,11 @@ QUICK = ["federated.rounds=2", "federated.local_steps=15", "federated.round_time
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return train_onnx(tmp_path_factory.mktemp("fed-base"), "out", "--recipe", "fp32", "--model", "digits-cnn",
-                      "steps=60")
+def base() -> Path:
+    """The fleet's base model, trained once per test run for both parts of `make test` (tests/helpers.py made_once);
+    the tests read it and write what they make elsewhere."""
+    return made_once("federated-base", lambda folder: train_onnx(folder, "out", "--recipe", "fp32", "--model",
+                                                                 "digits-cnn", "steps=60")) / "out" / "model.onnx"
 
 
 @pytest.fixture
