@@ -35,9 +35,7 @@ echo "validation: running beside the tests at idle priority (ci/validate.sh; its
 # A process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an autogroup of
 # its own, which the kernel gives as much CPU as the tests' session, idle priority or not.
 set -m
-idle=(chrt --idle 0)
-command -v chrt > /dev/null || idle=(nice -n 19)  # util-linux's chrt is in every Debian and Ubuntu base image
-"${idle[@]}" bash ci/validate.sh > "$LOG" 2>&1 &
+chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &  # chrt: util-linux, in every Debian and Ubuntu base system
 validation_pid=$!
 set +m
 if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 -m "not ranks"; shared=$?; fi

@@ -205,15 +205,15 @@ def test_importing_the_zoo_leaves_logging_alone_and_its_noisy_imports_say_nothin
 
 def test_the_models_leave_dtensor_to_tensor_parallel_ranks():
     fresh_python("import sys\nimport zoo.models, zoo.models.bert, zoo.models.cnn\n"
-           "assert 'torch.distributed.tensor' not in sys.modules, 'zoo.models imported DTensor'\n")
+                 "assert 'torch.distributed.tensor' not in sys.modules, 'zoo.models imported DTensor'\n")
 
 
 def test_the_cli_starts_without_the_libraries_of_its_heavier_commands():
     """Every `zoo` command imports the CLI (the tests alone run a few hundred): numpy (a card's confidence interval)
     and requests (publishing, checking a store) are imported by the commands that use them, not by every start."""
     fresh_python("import sys\nimport zoo.cli\n"
-           "heavy = sorted(m for m in ('numpy', 'requests', 'torch', 'onnxruntime', 'mlflow') if m in sys.modules)\n"
-           "assert not heavy, heavy\n")
+                 "heavy = sorted(m for m in ('numpy', 'requests', 'torch', 'onnxruntime', 'mlflow') if m in sys.modules)\n"
+                 "assert not heavy, heavy\n")
 
 
 def test_onnxruntime_is_imported_only_through_zoo_ort():
