@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -337,9 +338,11 @@ def ondevice_digits_entry() -> Path:
 def made_first() -> None:
     """What single-process tests share and only several busy processes make (the quick entries' `zoo build`s), made
     before they start: `make test` runs this (python -m tests.helpers) ahead of its single-process part, so no
-    pytest-xdist worker waits, its CPU idle, while the other one builds with both CPUs."""
-    shared_digits_entry()
-    ondevice_digits_entry()
+    pytest-xdist worker waits, its CPU idle, while the other one builds with both CPUs. The two builds run side by
+    side: each leaves a CPU idle while its rank 0 exports and measures, the other's training fills it."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for made in [pool.submit(shared_digits_entry), pool.submit(ondevice_digits_entry)]:
+            made.result()
 
 
 def copy_of(root: Path, dest: Path) -> dict:

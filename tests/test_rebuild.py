@@ -115,12 +115,13 @@ def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store, whole_machine
     assert "running `torchrun" not in stderr
 
 
-def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whole_machine):
+def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path):
     """In a clone: a tiny imported entry (its upstream checkpoint in the local Hugging Face hub cache, as `make setup`
     installs minilm-l6's). Without `import_source` on its card `zoo build` refuses and names `zoo import`; `zoo import
-    --from hf:<repo id>` at a clean commit checks the conversion's parity and builds it; then, its files only pointers
-    and no store anywhere, `zoo fetch --build` converts the checkpoint with the card commit's code, fine-tunes it, and
-    returns the card's bytes."""
+    --from hf:<repo id> --nproc 1` at a clean commit checks the conversion's parity and builds it; then, its files only
+    pointers and no store anywhere, `zoo fetch --build` converts the checkpoint with the card commit's code, fine-tunes
+    it with the process count the card recorded (two processes would train other bytes), and returns the card's bytes.
+    One process: the test runs beside another (the builds of two processes are tested on the real entries)."""
     import yaml
 
     from tests.test_families import _in_hub_cache
@@ -164,10 +165,11 @@ def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whol
     git("add", "-A")
     git("commit", "-qm", "tiny-import")
 
-    built = zoo("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", home="home")
+    built = zoo("import", "tiny-import", "--from", "hf:zoo-test/tiny-bert", "--nproc", "1", home="home")
     assert built.returncode == 0, built.stderr[-3000:]
     card = yaml.safe_load((folder / "card.yaml").read_text())
-    assert card["training"]["reproducible"] and card["training"]["command"].startswith("zoo import tiny-import")
+    assert card["training"]["reproducible"]
+    assert card["training"]["command"] == "zoo import tiny-import --from <checkpoint dir> --nproc 1", card["training"]
     for key, variant in load_card(folder / "card.yaml").variants.items():
         assert variant.built and variant.metrics["parity_onnx_max_abs_diff"] < 1e-4, key
     assert card["num_params"] == sum(p.numel() for p in build_model("bert", 8, **recipe["model_args"]).parameters())
@@ -182,3 +184,4 @@ def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path, whol
     result = json.loads(fetched.stdout)
     assert result["sha256"] == card["variants"]["fp32"]["sha256"], result  # this machine, this commit: same bytes
     assert "built from its recipe" in result["source"] and "init_from=" in fetched.stderr
+    assert "torchrun --standalone --nproc_per_node=1 " in fetched.stderr, fetched.stderr[-3000:]

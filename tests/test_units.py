@@ -312,6 +312,29 @@ def test_a_rebuild_budget_is_spent_once():
     assert unlimited.take(1e9) and unlimited.left == float("inf")
 
 
+def test_a_cards_command_says_how_many_processes_its_rebuild_runs():
+    """The process count `zoo fetch --build` and `zoo reproduce` run a card's build with: torchrun's (1 when it names
+    none, as torchrun does), `zoo import`'s recorded --nproc (2 on cards written before it was recorded), and the
+    command `zoo fetch --build` runs for an imported entry carries it."""
+    from zoo import catalog
+    from zoo.recipes import command_processes
+    from zoo.store.build_on_miss import training_command
+
+    assert command_processes("torchrun --standalone --nproc_per_node=8 launchers/ddp.py --recipe bert-base") == 8
+    assert command_processes("torchrun --nproc_per_node 4 launchers/fsdp.py") == 4
+    assert command_processes("torchrun launchers/ddp.py --recipe fp32") == 1
+    assert command_processes("zoo import x --from <checkpoint dir> --nproc 3") == 3
+    assert command_processes("zoo import x --from <checkpoint dir> --nproc=1") == 1
+    assert command_processes("zoo import minilm-l6 --from <checkpoint dir>") == 2
+    assert command_processes(None) == 1
+    card = catalog.get_card("minilm-l6")
+    shown = card.training.command
+    for recorded, processes in [(shown, 2), (f"{shown} --nproc 1", 1)]:
+        command = training_command(card.model_copy(update={"training": card.training.model_copy(
+            update={"command": recorded})}))
+        assert command[:3] == ["torchrun", "--standalone", f"--nproc_per_node={processes}"], command
+
+
 def test_side_by_side_validation_starts_the_most_inference_first():
     """`zoo validate --jobs 2` starts the entries by measuring_work (parameters x test examples x built variants): the
     largest BERT first, so it does not run alone at the end; a planned entry (nothing built) has none."""

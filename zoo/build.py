@@ -164,7 +164,7 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
         f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
     return build(name, nproc=nproc, threads=threads, log=log, init_from=weights,
-                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir>",
+                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir> --nproc {nproc}",
                  allow_dirty=allow_dirty, writes=writes)
 
 

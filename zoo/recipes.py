@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -229,4 +230,18 @@ def entry_training_command(recipe: str, architecture: str, nproc: int = 2, train
     if trainable and trainable != ["*"]:
         command.append(f"export.trainable={json.dumps(trainable, separators=(',', ':'))}")
     return command
+
+
+def command_processes(command: str | None) -> int:
+    """The training processes of a card's recorded command, which `zoo fetch --build` and `zoo reproduce` run again
+    (another count trains other bytes): torchrun's --nproc_per_node (1 when it names none, torchrun's default), or
+    `zoo import`'s --nproc (2 when it names none: the cards `zoo import` wrote before it recorded the count)."""
+    words = shlex.split(command or "")
+    option, default = ("--nproc", 2) if words[:2] == ["zoo", "import"] else ("--nproc_per_node", 1)
+    for i, word in enumerate(words):
+        if word == option and i + 1 < len(words) and words[i + 1].isdigit():
+            return int(words[i + 1])
+        if word.startswith(f"{option}=") and word.split("=", 1)[1].isdigit():
+            return int(word.split("=", 1)[1])
+    return default
 

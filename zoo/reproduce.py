@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from zoo.errors import ZooError
 from zoo.processes import run_stoppable
 from zoo.provenance import commit_available, machine_differences
 from zoo.pointer import pointer_for, read_pointer
+from zoo.recipes import command_processes
 
 
 @dataclass
@@ -72,11 +72,6 @@ def _sha(path: Path) -> str | None:
     if not path.exists():
         return None
     return (read_pointer(path) or pointer_for(path)).oid
-
-
-def _processes(command: str) -> int:
-    match = re.search(r"--nproc_per_node[= ](\d+)", command)
-    return int(match.group(1)) if match else 2
 
 
 def require_card_commit(entry: Entry) -> str:
@@ -129,7 +124,7 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
             shutil.copyfile(entry.dir / CARD_FILE, built_dir / CARD_FILE)
             env["ZOO_ENTRIES"] = str(built_dir.parent)
         command = [sys.executable, "-m", "zoo.cli", "build", entry.name, "--threads", str(t.threads or 1),
-                   "--nproc", str(_processes(t.command))]
+                   "--nproc", str(command_processes(t.command))]
         log(f"[{entry.name}] rebuilding commit {t.git_commit[:12]} in a temporary worktree")
         result = run_stoppable(command, f"rebuilding '{entry.name}'", cwd=worktree, env=env,
                                stdout=sys.stderr)  # stdout is the caller's (--json)

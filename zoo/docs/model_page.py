@@ -16,9 +16,9 @@ from zoo.fsutil import human_size, plural
 from zoo.metrics import wilson_interval
 from zoo.layouts import LAUNCHERS, LAYOUTS
 from zoo.models import model_spec
-from zoo.recipes import load_recipe
 from zoo.registry import model_name, model_uri
-from zoo.store.build_on_miss import build_estimate, buildable, planned_processes
+from zoo.recipes import command_processes, load_recipe
+from zoo.store.build_on_miss import build_estimate, buildable
 from zoo.kinds import kind_of, slower_than_fp32
 from zoo.provenance import cpu_kind, int8_peak
 
@@ -88,7 +88,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
         lines.append(f"{c.training.command}   # the card's planned run")
     if c.training.imported_from:
         lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
-    lines += launcher_commands(c.architecture, c.training.recipe, max(2, planned_processes(c.training.command)))
+    lines += launcher_commands(c.architecture, c.training.recipe, max(2, command_processes(c.training.command)))
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
               + (f", seed {c.training.seed}" if c.training.seed is not None else "")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -40,7 +39,7 @@ from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.fsutil import atomic_copy, atomic_write_text, plural
 from zoo.processes import run_stoppable
 from zoo.provenance import build_environment, cpu_info, machine_differences
-from zoo.recipes import entry_training_command, load_recipe
+from zoo.recipes import command_processes, entry_training_command, load_recipe
 from zoo.reproduce import card_worktree, require_card_commit
 from zoo.store.cache import ObjectCache
 from zoo.pointer import Pointer, pointer_for, sha256_file
@@ -77,7 +76,8 @@ def training_command(card: ModelCard, init_from: str = IMPORTED_WEIGHTS) -> list
     if command[:2] == ["zoo", "import"]:
         if not (t.import_source and t.recipe):
             return None
-        return entry_training_command(t.recipe, card.architecture, 2, card.trainable, init_from)
+        return entry_training_command(t.recipe, card.architecture, command_processes(t.command), card.trainable,
+                                      init_from)
     if not command or command[0] != "torchrun" or not any(a.startswith("launchers/") for a in command):
         return None
     return command
@@ -87,12 +87,6 @@ def buildable(card: ModelCard) -> bool:
     """`zoo fetch --build` can make this card's training files: a clean recorded commit and a command to run."""
     t = card.training
     return bool(t.git_commit) and t.reproducible is not False and training_command(card) is not None
-
-
-def planned_processes(command: str) -> int:
-    """The process count of a card's training command (torchrun --nproc_per_node), 1 when it names none."""
-    found = re.search(r"--nproc_per_node[= ](\d+)", command)
-    return int(found[1]) if found else 1
 
 
 def training_flops(card: ModelCard) -> float | None:
@@ -125,7 +119,7 @@ def build_estimate(card: ModelCard, others: dict) -> str:
     cpu = f" on {ref.training.cpu.model}" if ref.training.cpu else ""
     return (f"{compute}, {flops / ref_flops:.0f}x "
             f"{ref.name}'s, whose whole build took {ref.training.build_time_s:.0f} s{cpu} with "
-            f"{plural(planned_processes(ref.training.command), 'process')} x {plural(ref.training.threads or 1, 'thread')}: "
+            f"{plural(command_processes(ref.training.command), 'process')} x {plural(ref.training.threads or 1, 'thread')}: "
             f"about {ref.training.build_time_s * flops / ref_flops / 3600:.1f} hours on that CPU, scaled by compute "
             "(no GPU build has been measured)")
 
