@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
 # `make test`: the tests and CI's validation (ci/validate.sh), then the total and every part.
-# - pytest in two parts (tests/conftest.py): the single-process tests two at a time, then the tests that hold both CPUs
-#   (-m ranks), so no test waits with a CPU idle for the other worker's test to end. Both parts share one prepared-data
-#   cache and one folder of what tests make once; the quick entries' builds (both CPUs) are made first
+# - pytest in three parts (tests/conftest.py): the single-process tests two at a time, then the tests that hold both
+#   CPUs (-m ranks), so no test waits with a CPU idle for the other worker's test to end; and, beside both at idle
+#   priority, the single-process tests that only compute (-m beside: builds, rebuilds, training runs). All share one
+#   prepared-data cache and one folder of what tests make once; the quick entries' builds (both CPUs) are made first
 #   (tests/helpers.py made_first), so no worker waits for them.
-# - Validation runs beside the tests at idle priority (SCHED_IDLE: it gets a CPU only when no test process wants it),
-#   in a process group of its own, its output in build/validation/validation.log, printed when it ends. The tests
-#   that hold both CPUs leave one idle for seconds at a time (a rank 0 exporting while the others wait, a server
-#   waiting out a timeout, the test's own checks): validation fills those gaps instead of running alone afterwards.
+# - Validation and the beside part run at idle priority (SCHED_IDLE: a CPU only when no test process of the other
+#   parts wants it), each in a process group of its own, their output in build/validation/validation.log and
+#   build/test-beside.log, printed when they end. The other parts leave a CPU idle for seconds at a time (a rank 0
+#   exporting while the others wait, a server waiting out a timeout, the test's own checks, a worker's last file):
+#   idle-priority work fills those gaps instead of running alone afterwards.
 # Exit status: non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 PYTEST=("$BIN/python" -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder)
 LOG=build/validation/validation.log
+BESIDE_LOG=build/test-beside.log
 
 start=$(date +%s)
 shared_dir=$(mktemp -d -t zoo-test-XXXXXX)
-validation_pid=""
-stop_validation() {
-  # its whole process group: zoo validate's worker processes and any rebuild's torchrun and ranks
-  if [ -n "$validation_pid" ]; then kill -- -"$validation_pid" 2>/dev/null; wait "$validation_pid" 2>/dev/null; fi
+validation_pid="" beside_pid=""
+stop_idle_parts() {
+  # their whole process groups: zoo validate's or pytest's workers and any build's torchrun and ranks
+  for pid in $validation_pid $beside_pid; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   rm -rf "$shared_dir"
 }
-trap stop_validation EXIT
+trap stop_idle_parts EXIT
 trap 'exit 130' INT TERM
 export ZOO_DATA_DIR=$shared_dir/data ZOO_TEST_SHARED=$shared_dir/made-once
 mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
@@ -31,25 +34,35 @@ mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
 "$BIN/python" -m tests.helpers
 shared=$?
 made=$(date +%s)
-echo "validation: running beside the tests at idle priority (ci/validate.sh; its output: $LOG, printed when it ends)"
-# A process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an autogroup of
-# its own, which the kernel gives as much CPU as the tests' session, idle priority or not.
+echo "validation and the beside tests: running at idle priority (ci/validate.sh, pytest -m beside; their output:" \
+  "$LOG, $BESIDE_LOG, printed when they end)"
+# Each in a process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an
+# autogroup of its own, which the kernel gives as much CPU as the tests' session, idle priority or not. The beside
+# part's timeout per test is longer: at idle priority a test may wait minutes for a CPU (the timeout catches hangs).
 set -m
 chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &  # chrt: util-linux, in every Debian and Ubuntu base system
 validation_pid=$!
+if [ "$shared" -eq 0 ]; then
+  chrt --idle 0 "${PYTEST[@]}" --durations=10 --timeout 2700 -m beside > "$BESIDE_LOG" 2>&1 &
+  beside_pid=$!
+fi
 set +m
-if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 -m "not ranks"; shared=$?; fi
+if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 -m "not ranks and not beside"; shared=$?; fi
 half=$(date +%s)
 "${PYTEST[@]}" --durations=15 -m ranks
 ranks=$?
 mid=$(date +%s)
+beside=1
+if [ -n "$beside_pid" ]; then wait "$beside_pid"; beside=$?; beside_pid=""; cat "$BESIDE_LOG"; fi
+beside_end=$(date +%s)
 wait "$validation_pid"
 validation=$?
 validation_pid=""
 end=$(date +%s)
 cat "$LOG"
-echo "make test: $((end - start)) s wall (pytest $((mid - start)) s: $((half - start)) s single-process tests" \
-  "(the first $((made - start)) s the quick entries' builds), exit $shared, then $((mid - half)) s tests that hold" \
-  "both CPUs, exit $ranks; validation $((end - made)) s beside them at idle priority, its last $((end - mid)) s" \
-  "after the tests, exit $validation)"
-[ "$shared" -eq 0 ] && [ "$ranks" -eq 0 ] && [ "$validation" -eq 0 ]
+echo "make test: $((end - start)) s wall (the first $((made - start)) s the quick entries' builds; pytest" \
+  "$((half - made)) s single-process tests, exit $shared, then $((mid - half)) s tests that hold both CPUs, exit" \
+  "$ranks; beside them at idle priority: the beside tests (their own time on their last line above), their last" \
+  "$((beside_end - mid)) s after the others, exit $beside; validation, its last $((end - beside_end)) s after the" \
+  "tests, exit $validation)"
+[ "$shared" -eq 0 ] && [ "$ranks" -eq 0 ] && [ "$beside" -eq 0 ] && [ "$validation" -eq 0 ]

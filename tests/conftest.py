@@ -50,17 +50,22 @@ LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_famili
                  "test_store", "test_docs", "test_repo_store", "test_data", "test_entries"]
 
 
-# `make test` runs pytest twice: `-m "not ranks"` (the single-process majority, two workers side by side) and then
-# `-m ranks` (the tests that hold both CPUs for several busy processes). In one mixed run a test that wants both
-# CPUs waits, one CPU idle, for the other worker's current test to end: 663 worker-seconds of a 2,149-second run on
-# 2026-12-05 (AMD EPYC, AVX2). A test is `ranks` when it asks for the whole_machine fixture (directly or through a
-# fixture) or carries @pytest.mark.ranks (it takes tests/helpers.py all_cpus() itself); a test that held both
-# CPUs without it is named at the end of the run (it still runs correctly, only less packed).
+# `make test` (ci/test.sh) runs pytest three times: `-m "not ranks and not beside"` (the single-process majority,
+# two workers side by side), then `-m ranks` (the tests that hold both CPUs for several busy processes) and, beside
+# both at idle priority (SCHED_IDLE: a CPU no other test wants), `-m beside`: single-process tests that only compute
+# (builds, rebuilds, training runs; no server, no deadline a starved minute could miss), which fill the seconds the
+# other parts leave a CPU idle. In one mixed run a test that wants both CPUs waits, one CPU idle, for the other
+# worker's current test to end: 663 worker-seconds of a 2,149-second run on 2026-12-05 (AMD EPYC, AVX2). A test is
+# `ranks` when it asks for the whole_machine fixture (directly or through a fixture) or carries @pytest.mark.ranks
+# (it takes tests/helpers.py all_cpus() itself); a test that held both CPUs without it is named at the end of the run
+# (it still runs correctly, only less packed).
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items):
     for item in items:
         if "whole_machine" in item.fixturenames and item.get_closest_marker("ranks") is None:
             item.add_marker(pytest.mark.ranks)
+        if item.get_closest_marker("ranks") and item.get_closest_marker("beside"):
+            raise pytest.UsageError(f"{item.nodeid}: a test that holds both CPUs (ranks) cannot run beside the others")
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
 
@@ -131,8 +136,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if _UNMARKED:
         terminalreporter.write_line(f"held both CPUs without @pytest.mark.ranks (a module fixture's build, or a test "
                                     f"to mark so `make test` runs it with the ranks): {', '.join(sorted(_UNMARKED))}")
-    # one file per part of `make test` (-m "not ranks", -m ranks), build/test-times.json for any other selection
-    part = {"not ranks": "-shared", "ranks": "-ranks"}.get(config.option.markexpr, "")
+    # one file per part of `make test` (ci/test.sh), build/test-times.json for any other selection
+    part = {"not ranks and not beside": "-shared", "ranks": "-ranks", "beside": "-beside"}.get(config.option.markexpr, "")
     out = Path(__file__).resolve().parents[1] / "build" / f"test-times{part}.json"
     out.parent.mkdir(exist_ok=True)
     tests = dict(sorted(_TEST_TIMES.items(), key=lambda item: (-item[1]["exclusive_s"], -item[1]["wall_s"])))

@@ -17,6 +17,7 @@ from zoo.metadata import read_metadata
 from zoo.models import build_model
 
 
+@pytest.mark.beside  # make test: at idle priority beside the other parts (tests/conftest.py)
 @pytest.mark.parametrize("model", ["mnist1d-cnn", "mnist1d-gru", "bert-tiny"])
 def test_family_trains_exports_and_quantizes(tmp_path, model):
     # Measured on 256 test examples spread over the split (recipe eval_examples): what is exported and quantized is

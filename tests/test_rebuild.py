@@ -115,6 +115,7 @@ def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store, whole_machine
     assert "running `torchrun" not in stderr
 
 
+@pytest.mark.beside  # make test: at idle priority beside the other parts (tests/conftest.py)
 def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path):
     """In a clone: a tiny imported entry (its upstream checkpoint in the local Hugging Face hub cache, as `make setup`
     installs minilm-l6's). Without `import_source` on its card `zoo build` refuses and names `zoo import`; `zoo import

@@ -173,6 +173,7 @@ def test_missing_test_data_set_fails(published, tmp_path):
     assert "error: 1 validation check failed" in result.stderr
 
 
+@pytest.mark.beside  # make test: at idle priority beside the other parts (tests/conftest.py)
 def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
     env, _ = _copy(published, tmp_path)
     env["ZOO_LFS_URL"] = ""  # no store: the checkout holds only pointers
@@ -188,6 +189,7 @@ def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
                                                                          "ort-training"}
 
 
+@pytest.mark.beside
 def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     """`zoo reproduce` (and validation's reproduce rows): the card's commit rebuilt in a temporary worktree gives
     every file's sha256, full, and the same bytes on the same machine."""
