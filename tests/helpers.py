@@ -335,13 +335,22 @@ def ondevice_digits_entry() -> Path:
     return made_once("quick-digits-ondevice", make)
 
 
+def prepared_datasets() -> None:
+    """Every dataset prepared into the run's cache ($ZOO_DATA_DIR; zoo.data caches each once), in a process of its
+    own (the language-ID texts take a CPU-minute)."""
+    script = "from zoo.data import dataset_names, load_dataset\nfor name in dataset_names(): load_dataset(name)"
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=1200)
+
+
 def made_first() -> None:
-    """What single-process tests share and only several busy processes make (the quick entries' `zoo build`s), made
-    before they start: `make test` runs this (python -m tests.helpers) ahead of its single-process part, so no
-    pytest-xdist worker waits, its CPU idle, while the other one builds with both CPUs. The two builds run side by
-    side: each leaves a CPU idle while its rank 0 exports and measures, the other's training fills it."""
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        for made in [pool.submit(shared_digits_entry), pool.submit(ondevice_digits_entry)]:
+    """What the tests share and only several busy processes make (the quick entries' `zoo build`s), and the prepared
+    datasets, made before they start: `make test` runs this (python -m tests.helpers) ahead of its parts, so no
+    pytest-xdist worker waits, its CPU idle, while the other one builds with both CPUs, and no test waits for a
+    dataset that an idle-priority process (ci/test.sh) is preparing with the idle class's share of a CPU. Side by
+    side: each build leaves a CPU idle while its rank 0 exports and measures, the others fill it."""
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for made in [pool.submit(prepared_datasets), pool.submit(shared_digits_entry),
+                     pool.submit(ondevice_digits_entry)]:
             made.result()
 
 
