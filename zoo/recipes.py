@@ -244,4 +244,3 @@ def command_processes(command: str | None) -> int:
         if word.startswith(f"{option}=") and word.split("=", 1)[1].isdigit():
             return int(word.split("=", 1)[1])
     return default
-
