@@ -312,12 +312,13 @@ def test_a_rebuild_budget_is_spent_once():
     assert unlimited.take(1e9) and unlimited.left == float("inf")
 
 
-def test_a_cards_command_says_how_many_processes_its_rebuild_runs():
+def test_a_cards_command_says_how_many_processes_its_rebuild_runs(tmp_path):
     """The process count `zoo fetch --build` and `zoo reproduce` run a card's build with: torchrun's (1 when it names
-    none, as torchrun does), `zoo import`'s recorded --nproc (2 on cards written before it was recorded), and the
-    command `zoo fetch --build` runs for an imported entry carries it."""
+    none, as torchrun does), `zoo import`'s recorded --nproc (2 on cards written before it was recorded), the command
+    `zoo fetch --build` runs for an imported entry carries it, and so does the docs page's import command."""
     from zoo import catalog
-    from zoo.recipes import command_processes
+    from zoo.docs.model_page import model_page
+    from zoo.recipes import command_processes, import_command
     from zoo.store.build_on_miss import training_command
 
     assert command_processes("torchrun --standalone --nproc_per_node=8 launchers/ddp.py --recipe bert-base") == 8
@@ -333,6 +334,8 @@ def test_a_cards_command_says_how_many_processes_its_rebuild_runs():
         command = training_command(card.model_copy(update={"training": card.training.model_copy(
             update={"command": recorded})}))
         assert command[:3] == ["torchrun", "--standalone", f"--nproc_per_node={processes}"], command
+    assert command_processes(import_command("x", 3)) == 3 and command_processes(import_command("x")) == 2
+    assert f"\n{import_command('minilm-l6', 2)}   # " in model_page(catalog.entries()["minilm-l6"], {}, tmp_path)
 
 
 def test_side_by_side_validation_starts_the_most_inference_first():

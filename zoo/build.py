@@ -28,7 +28,7 @@ from zoo.fsutil import atomic_copy, atomic_write_bytes, atomic_write_text, plura
 from zoo.models import count_params, model_for, model_spec
 from zoo.processes import run_stoppable
 from zoo.provenance import build_environment, cpu_info, require_clean
-from zoo.recipes import entry_training_command, load_recipe
+from zoo.recipes import entry_training_command, import_command, load_recipe
 from zoo.store.fetch import fetch
 from zoo.store.history import published_object
 from zoo.pointer import read_pointer
@@ -66,7 +66,7 @@ def build(name: str, nproc: int = 2, threads: int = 1, log=print, init_from: Pat
 
             return import_entry(name, resolve_source(training["import_source"]), nproc, threads, log,
                                 allow_dirty=allow_dirty, writes=writes)
-        raise ZooError(f"'{name}' starts from an upstream checkpoint: run `zoo import {name} --from <checkpoint dir>`")
+        raise ZooError(f"'{name}' starts from an upstream checkpoint: run `{import_command(name)}`")
     trainable = raw.get("trainable")
     command = entry_training_command(recipe, architecture, nproc, trainable, init_from and str(init_from))
     # A bad recipe fails here, once, not in every worker; so does a published file to continue from that no store has.
@@ -164,7 +164,7 @@ def import_entry(name: str, source: Path, nproc: int = 2, threads: int = 1, log=
     log(f"[{name}] parity with transformers' BertModel: torch {parity['parity_torch_max_abs_diff']:.2e}, "
         f"onnx {parity['parity_onnx_max_abs_diff']:.2e}")
     return build(name, nproc=nproc, threads=threads, log=log, init_from=weights,
-                 variant_metrics=parity, command_shown=f"zoo import {name} --from <checkpoint dir> --nproc {nproc}",
+                 variant_metrics=parity, command_shown=import_command(name, nproc),
                  allow_dirty=allow_dirty, writes=writes)
 
 

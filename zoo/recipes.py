@@ -232,6 +232,12 @@ def entry_training_command(recipe: str, architecture: str, nproc: int = 2, train
     return command
 
 
+def import_command(name: str, nproc: int | None = None) -> str:
+    """`zoo import`'s command for an entry, the upstream checkpoint's folder left for the user to fill in; with `nproc`,
+    as a card records it (command_processes reads the count back)."""
+    return f"zoo import {name} --from <checkpoint dir>" + (f" --nproc {nproc}" if nproc is not None else "")
+
+
 def command_processes(command: str | None) -> int:
     """The training processes of a card's recorded command, which `zoo fetch --build` and `zoo reproduce` run again
     (another count trains other bytes): torchrun's --nproc_per_node (1 when it names none, torchrun's default), or

@@ -17,7 +17,7 @@ from zoo.metrics import wilson_interval
 from zoo.layouts import LAUNCHERS, LAYOUTS
 from zoo.models import model_spec
 from zoo.registry import model_name, model_uri
-from zoo.recipes import command_processes, load_recipe
+from zoo.recipes import command_processes, import_command, load_recipe
 from zoo.store.build_on_miss import build_estimate, buildable
 from zoo.kinds import kind_of, slower_than_fp32
 from zoo.provenance import cpu_kind, int8_peak
@@ -87,7 +87,7 @@ def model_page(entry: catalog.Entry, verdicts: dict[str, str], img_dir: Path, ot
     if not built:
         lines.append(f"{c.training.command}   # the card's planned run")
     if c.training.imported_from:
-        lines.append(f"zoo import {c.name} --from <checkpoint dir>   # {c.training.imported_from}")
+        lines.append(f"{import_command(c.name, command_processes(c.training.command))}   # {c.training.imported_from}")
     lines += launcher_commands(c.architecture, c.training.recipe, max(2, command_processes(c.training.command)))
     lines.append(f"zoo build {c.name}   # train, export, measure, rewrite the card")
     lines += ["```", "", ("Planned: " if not built else "Produced by ") + f"`{c.training.command}`"
@@ -128,7 +128,7 @@ def planned_section(c: ModelCard, others: dict) -> list[str]:
     imports = model_spec(c.architecture).imports
     lines = ["!!! warning \"Not built yet\"", "    No weights of this entry are published, so `zoo fetch` has "
              f"nothing to give. Build it with `zoo build {c.name}` (planned run: `{c.training.command}`)"
-             + (f" or import {imports} with `zoo import {c.name} --from <checkpoint dir>`" if imports else "")
+             + (f" or import {imports} with `{import_command(c.name)}`" if imports else "")
              + (f"; {estimate}" if estimate else "") + ".", "",
              "## Planned variants", "",
              f"The fp32 file will be about {human_size(4 * c.num_params)}: 4 bytes for each of the {c.num_params:,} "

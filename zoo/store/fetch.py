@@ -25,6 +25,7 @@ from zoo.config import lfs_remote_urls, repo_store
 from zoo.errors import IntegrityError, ObjectNotFoundError, RemoteError, StoreUnreachableError, ZooError
 from zoo.fsutil import atomic_copy, contained
 from zoo.provenance import last_commit, machine_differences
+from zoo.recipes import import_command
 from zoo.store.cache import ObjectCache
 from zoo.pointer import Pointer, pointer_for, read_pointer, sha256_file
 from zoo.store.build_on_miss import build_estimate, build_on_miss, build_took, buildable, local_build, plan
@@ -302,7 +303,7 @@ def unbuilt_routes(entry: Entry) -> str:
     except ZooError:  # an architecture this checkout does not define: `zoo build` will say so
         imports = None
     if imports:
-        routes.append(f"import {imports} with `zoo import {entry.name} --from <checkpoint dir>`")
+        routes.append(f"import {imports} with `{import_command(entry.name)}`")
     return "; or ".join(routes) + "."
 
 
@@ -310,7 +311,7 @@ def build_hint(entry: Entry) -> str:
     t = entry.card.training
     if buildable(entry.card):
         return f"\nOr build it from its recipe: `zoo fetch {entry.name} --build` ({plan(entry)})."
-    how = f"zoo import {entry.name} --from <checkpoint dir>" if t.imported_from and not t.import_source \
+    how = import_command(entry.name) if t.imported_from and not t.import_source \
         else f"zoo build {entry.name}"
     took = f" ({build_took(t)})" if t.build_time_s else ""
     return f"\nOr build it from its recipe: `{how}`{took}."
