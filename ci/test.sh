@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: the tests and CI's validation (ci/validate.sh), then the total and every part.
-# - pytest in three parts (tests/conftest.py): the single-process tests two at a time, then the tests that hold both
-#   CPUs (-m ranks), so no test waits with a CPU idle for the other worker's test to end; and, beside both at idle
-#   priority, the single-process tests that only compute (-m beside: builds, rebuilds, training runs). All share one
-#   prepared-data cache and one folder of what tests make once; the quick entries' builds (both CPUs) are made first
-#   (tests/helpers.py made_first), so no worker waits for them.
+# - pytest in three parts (tests/conftest.py PARTS): the single-process tests two at a time (--part shared), then the
+#   tests that hold both CPUs (--part ranks), so no test waits with a CPU idle for the other worker's test to end;
+#   and, beside both at idle priority, the single-process tests that only compute (--part beside: builds, rebuilds,
+#   training runs). All share one prepared-data cache and one folder of what tests make once; the quick entries'
+#   builds (both CPUs) and every dataset are made first (tests/helpers.py made_first), so no worker waits for them.
 # - Validation and the beside part run at idle priority (SCHED_IDLE: a CPU only when no test process of the other
 #   parts wants it), each in a process group of its own, their output in build/validation/validation.log and
 #   build/test-beside.log, printed when they end. The other parts leave a CPU idle for seconds at a time (a rank 0
@@ -34,7 +34,7 @@ mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
 "$BIN/python" -m tests.helpers
 shared=$?
 made=$(date +%s)
-echo "validation and the beside tests: running at idle priority (ci/validate.sh, pytest -m beside; their output:" \
+echo "validation and the beside tests: running at idle priority (ci/validate.sh, pytest --part beside; their output:" \
   "$LOG, $BESIDE_LOG, printed when they end)"
 # Each in a process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an
 # autogroup of its own, which the kernel gives as much CPU as the tests' session, idle priority or not. The beside
@@ -43,13 +43,13 @@ set -m
 chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &  # chrt: util-linux, in every Debian and Ubuntu base system
 validation_pid=$!
 if [ "$shared" -eq 0 ]; then
-  chrt --idle 0 "${PYTEST[@]}" --durations=10 --timeout 2700 -m beside > "$BESIDE_LOG" 2>&1 &
+  chrt --idle 0 "${PYTEST[@]}" --durations=10 --timeout 2700 --part beside > "$BESIDE_LOG" 2>&1 &
   beside_pid=$!
 fi
 set +m
-if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 -m "not ranks and not beside"; shared=$?; fi
+if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 --part shared; shared=$?; fi
 half=$(date +%s)
-"${PYTEST[@]}" --durations=15 -m ranks
+"${PYTEST[@]}" --durations=15 --part ranks
 ranks=$?
 mid=$(date +%s)
 beside=1

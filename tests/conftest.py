@@ -17,10 +17,25 @@ from tests.helpers import LfsServer, all_cpus, free_port, lease_seconds, shared_
 from zoo import catalog
 
 
+# The parts of `make test`: ci/test.sh runs pytest once per part (--part NAME), each selecting its tests by marker
+# (below) and writing its times to build/test-times-NAME.json.
+PARTS = {"shared": "not ranks and not beside", "ranks": "ranks", "beside": "beside"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--part", choices=sorted(PARTS), help="one part of `make test` (ci/test.sh): its tests and its "
+                                                           "file of times, build/test-times-PART.json")
+
+
 def pytest_configure(config):
     """One prepared-data cache for the whole run (zoo.config.data_dir): tests isolate $ZOO_HOME, but the prepared
     datasets are derived, versioned files that every test and subprocess may share (the text data takes minutes).
     Set before pytest-xdist starts its workers, so they inherit it (and the CPU lease folder, tests/helpers.py)."""
+    part = config.getoption("part")
+    if part and config.option.markexpr:
+        raise pytest.UsageError(f"--part {part} selects its tests itself (-m \"{PARTS[part]}\"): drop -m")
+    if part:
+        config.option.markexpr = PARTS[part]
     if "ZOO_DATA_DIR" not in os.environ:
         config._zoo_data_dir = tempfile.mkdtemp(prefix="zoo-test-data-")
         os.environ["ZOO_DATA_DIR"] = config._zoo_data_dir
@@ -50,9 +65,9 @@ LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_famili
                  "test_store", "test_docs", "test_repo_store", "test_data", "test_entries"]
 
 
-# `make test` (ci/test.sh) runs pytest three times: `-m "not ranks and not beside"` (the single-process majority,
-# two workers side by side), then `-m ranks` (the tests that hold both CPUs for several busy processes) and, beside
-# both at idle priority (SCHED_IDLE: a CPU no other test wants), `-m beside`: single-process tests that only compute
+# `make test` (ci/test.sh) runs pytest three times (PARTS): `--part shared` (the single-process majority, two workers
+# side by side), then `--part ranks` (the tests that hold both CPUs for several busy processes) and, beside both at
+# idle priority (SCHED_IDLE: a CPU no other test wants), `--part beside`: single-process tests that only compute
 # (builds, rebuilds, training runs; no server, no deadline a starved minute could miss), which fill the seconds the
 # other parts leave a CPU idle. In one mixed run a test that wants both CPUs waits, one CPU idle, for the other
 # worker's current test to end: 663 worker-seconds of a 2,149-second run on 2026-12-05 (AMD EPYC, AVX2). A test is
@@ -137,8 +152,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"held both CPUs without @pytest.mark.ranks (a module fixture's build, or a test "
                                     f"to mark so `make test` runs it with the ranks): {', '.join(sorted(_UNMARKED))}")
     # one file per part of `make test` (ci/test.sh), build/test-times.json for any other selection
-    part = {"not ranks and not beside": "-shared", "ranks": "-ranks", "beside": "-beside"}.get(config.option.markexpr, "")
-    out = Path(__file__).resolve().parents[1] / "build" / f"test-times{part}.json"
+    part = config.getoption("part")
+    out = Path(__file__).resolve().parents[1] / "build" / (f"test-times-{part}.json" if part else "test-times.json")
     out.parent.mkdir(exist_ok=True)
     tests = dict(sorted(_TEST_TIMES.items(), key=lambda item: (-item[1]["exclusive_s"], -item[1]["wall_s"])))
     out.write_text(json.dumps({"files": dict(rows), "total": total, "unmarked_both_cpus": sorted(_UNMARKED),
