@@ -149,6 +149,32 @@ def test_ranks_wanting_one_dataset_at_once_build_it_once_and_agree(tmp_path):
     assert sorted(p.name for p in (tmp_path / "data" / "probe-v1").iterdir()) == ["x.npy"]  # no temporary folder left
 
 
+def test_processes_wanting_the_texts_at_once_read_them_once(tmp_path, monkeypatch):
+    """The two tokenizations prepared side by side (tests/helpers.py prepared_datasets) both want the language-ID
+    texts (a CPU-minute to read): the second waits for the first's file instead of reading them again."""
+    import concurrent.futures
+    import threading
+    import time
+
+    monkeypatch.setenv("ZOO_DATA_DIR", str(tmp_path))
+    reads, started = [], threading.Barrier(2)
+
+    def assembled():
+        reads.append(1)
+        time.sleep(0.5)  # the other caller arrives while this one reads
+        return {"splits": {"test": [["Ahoj"], [0]]}, "sources": {"cs": {"fortunes": 1}}, "packages": {"x": "1"}}
+
+    def wanted():
+        started.wait()
+        return langid.texts.__wrapped__()  # past the per-process cache: as two processes would
+
+    monkeypatch.setattr(langid, "_assembled", assembled)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = [f.result() for f in [pool.submit(wanted), pool.submit(wanted)]]
+    assert len(reads) == 1, "both read the texts"
+    assert got[0] == got[1] == json.loads((tmp_path / f"langid-texts-{langid.TEXTS_VERSION}.json").read_text())
+
+
 def test_a_cache_of_the_old_single_file_format_is_converted_not_rebuilt(tmp_path, monkeypatch):
     from zoo.data.base import cached_arrays
 

@@ -39,6 +39,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 from zoo.config import data_dir
 from zoo.data.base import Dataset, Split, cached_arrays, register_dataset
@@ -74,8 +75,20 @@ def texts() -> dict:
     source; cached as JSON in the data cache (zoo.config.data_dir). Each language's training texts start with the
     vocabulary's sample (vocabulary_texts)."""
     path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Processes that want the texts at once (the two tokenizations prepared side by side) read them once: the others
+    # wait on the lock for the first, then read its file.
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return json.loads(path.read_text())
+        data = _assembled()
+        atomic_write_text(path, json.dumps(data, ensure_ascii=False))
+    _write_sources(data)
+    return data
+
+
+def _assembled() -> dict:
+    """texts() read anew from the Debian packages (about a CPU-minute, most of it parsing the help pages)."""
     out = {s: ([], []) for s in ("train", "val", "test", "second-domain")}
     sources: dict[str, dict[str, int]] = {}
     candidates, held_out = {}, set()
@@ -106,10 +119,7 @@ def texts() -> dict:
         for split, picked in chosen.items():
             out[split][0].extend(picked)
             out[split][1].extend([label] * len(picked))
-    data = {"splits": out, "sources": sources, "packages": package_versions()}
-    atomic_write_text(path, json.dumps(data, ensure_ascii=False))
-    _write_sources(data)
-    return data
+    return {"splits": out, "sources": sources, "packages": package_versions()}
 
 
 def _sources_path() -> Path:
