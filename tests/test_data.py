@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,7 +173,11 @@ def test_processes_wanting_the_texts_at_once_read_them_once(tmp_path, monkeypatc
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         got = [f.result() for f in [pool.submit(wanted), pool.submit(wanted)]]
     assert len(reads) == 1, "both read the texts"
-    assert got[0] == got[1] == json.loads((tmp_path / f"langid-texts-{langid.TEXTS_VERSION}.json").read_text())
+    path = tmp_path / f"langid-texts-{langid.TEXTS_VERSION}.json"
+    assert got[0] == got[1] == json.loads(path.read_text())
+    # Once written, the file is read without the lock (a prepared cache may be read-only).
+    Path(f"{path}.lock").unlink()
+    assert langid.texts.__wrapped__() == got[0] and not Path(f"{path}.lock").exists() and len(reads) == 1
 
 
 def test_a_cache_of_the_old_single_file_format_is_converted_not_rebuilt(tmp_path, monkeypatch):

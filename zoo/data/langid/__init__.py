@@ -75,6 +75,8 @@ def texts() -> dict:
     source; cached as JSON in the data cache (zoo.config.data_dir). Each language's training texts start with the
     vocabulary's sample (vocabulary_texts)."""
     path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
+    if path.exists():  # written atomically: whole once it exists (a read-only prepared cache needs no lock)
+        return json.loads(path.read_text())
     path.parent.mkdir(parents=True, exist_ok=True)
     # Processes that want the texts at once (the two tokenizations prepared side by side) read them once: the others
     # wait on the lock for the first, then read its file.
