@@ -345,8 +345,9 @@ def prepared_datasets() -> None:
         script = f"from zoo.data import load_dataset\nload_dataset({name!r})"
         subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=1200)
 
-    with concurrent.futures.ThreadPoolExecutor(len(dataset_names())) as pool:
-        list(pool.map(prepared, dataset_names()))
+    names = dataset_names()
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(prepared, names))
 
 
 def made_first() -> None:
