@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, wall_limit
 from zoo import catalog
 from zoo.provenance import commit_available, machine_differences
 from zoo.store.cache import ObjectCache
@@ -42,7 +42,7 @@ def fetch(env: dict, *args: str, **extra: str) -> subprocess.Popen:
 
 
 def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, dict | None, str]:
-    stdout, stderr = process.communicate(timeout=timeout)
+    stdout, stderr = process.communicate(timeout=wall_limit(timeout))
     return process.returncode, json.loads(stdout) if process.returncode == 0 else None, stderr
 
 
@@ -155,7 +155,7 @@ def test_an_imported_entry_is_built_from_its_installed_checkpoint(tmp_path):
 
     def zoo(*args: str, home: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "zoo.cli", *args], cwd=clone, capture_output=True, text=True,
-                              env={**env, "ZOO_HOME": str(tmp_path / home)}, timeout=900)
+                              env={**env, "ZOO_HOME": str(tmp_path / home)}, timeout=wall_limit(900))
 
     # An imported card that does not say where its checkpoint is: only `zoo import` can build it.
     (folder / "card.yaml").write_text(yaml.safe_dump(written))

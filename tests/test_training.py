@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO, all_cpus, failed_run
+from tests.helpers import REPO, all_cpus, failed_run, wall_limit
 from zoo.errors import ZooError
 from zoo.evaluate import INT8_KERNELS, kernel_types
 from zoo.metadata import DATASET_KEYS, FP32_ONLY_KEYS, METADATA_KEYS, RETRAINED_KEYS, read_metadata
@@ -41,7 +41,7 @@ def train(tmp_path: Path, out: str, *args: str, nproc: int | None = None, extra_
     cmd += ["--output-dir", str(tmp_path / out), *args]
     with all_cpus() if nproc else contextlib.nullcontext():  # ranks: both CPUs (tests/helpers.py)
         result = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, **(extra_env or {})),
-                                timeout=600, cwd=tmp_path)
+                                timeout=wall_limit(600), cwd=tmp_path)
     if check and result.returncode != 0:
         raise AssertionError(failed_run(cmd, result.stdout, result.stderr))
     return result

@@ -1,6 +1,6 @@
 """Direct tests of pure functions that the end-to-end runs reach only through training and export: the batch plan and
 learning-rate schedule, graph rewrites (topological order, Gemm as MatMul, int8 embedding tables) and the hashing
-writer behind every download."""
+writer behind every download; and the suite's own limit on a child's wall-clock time."""
 
 from __future__ import annotations
 
@@ -437,3 +437,23 @@ def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
               "print('mlflow' in sys.modules, tuner.has_mlflow, 'mlflow' in sys.modules)\n"
               "import mlflow\nprint(mlflow.__name__)\n")
     assert fresh_python(script).stdout.split() == ["False", "False", "False", "mlflow"]
+
+
+def test_a_child_at_idle_priority_outlives_its_wall_clock_limit():
+    """make test's beside part runs at idle priority (ci/test.sh), where a child may wait minutes for a CPU with its
+    work done: a wall-clock limit there killed a finished training run (CI, stop 62). tests.helpers.wall_limit lifts
+    it at idle priority only; pytest's own limit per test still catches hangs."""
+    script = """
+import os, subprocess, sys
+from tests.helpers import wall_limit
+sleep = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+try:
+    subprocess.run(sleep, timeout=wall_limit(0.5))
+    raise AssertionError("at normal priority the limit holds")
+except subprocess.TimeoutExpired:
+    pass
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+assert wall_limit(0.5) is None
+assert subprocess.run(sleep, timeout=wall_limit(0.5)).returncode == 0
+"""
+    fresh_python(script)
