@@ -60,6 +60,8 @@ $(STAMP): pyproject.toml Makefile tools/cxx17
 	# launchers/deepspeed.py points TORCH_EXTENSIONS_DIR at this folder.
 	TORCH_EXTENSIONS_DIR=$(CURDIR)/$(VENV)/torch-extensions DS_ACCELERATOR=cpu $(BIN)/python -c \
 	  "from deepspeed.accelerator import get_accelerator; get_accelerator().create_op_builder('ShareMemCommBuilder').load()"
+	# Every installed package's requirements hold, pyproject's pins included (a later install may have moved one).
+	$(BIN)/pip check
 	touch $(STAMP)
 
 # The main job on an embedded default: train digits-cnn quantization-aware under torchrun (2 processes,
