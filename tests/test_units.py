@@ -441,11 +441,12 @@ def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
 
 def test_a_child_at_idle_priority_outlives_its_wall_clock_limit():
     """make test's beside part runs at idle priority (ci/test.sh), where a child may wait minutes for a CPU with its
-    work done: a wall-clock limit there killed a finished training run (CI, stop 62). tests.helpers.wall_limit lifts
-    it at idle priority only; pytest's own limit per test still catches hangs."""
+    work done: a wall-clock limit there killed a finished training run (CI at 29b0fd1). tests.helpers.wall_limit
+    lifts it at idle priority only; pytest's own limit per test still catches hangs."""
     script = """
 import os, subprocess, sys
 from tests.helpers import wall_limit
+os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # whatever priority the suite runs at
 sleep = [sys.executable, "-c", "import time; time.sleep(1.5)"]
 try:
     subprocess.run(sleep, timeout=wall_limit(0.5))
