@@ -193,6 +193,9 @@ def test_a_cache_of_the_old_single_file_format_is_converted_not_rebuilt(tmp_path
     assert sorted(arrays) == ["x", "y"] and arrays["x"].tolist() == [[0, 1, 2], [3, 4, 5]]
     assert torch.from_numpy(arrays["x"]).sum() == 15  # copy-on-write maps: torch takes them as they are
     assert not (tmp_path / "probe-v1.npz").exists() and (tmp_path / "probe-v1" / "y.npy").is_file()
+    # once written, the folder is read without the lock (a prepared cache may be read-only)
+    (tmp_path / "probe-v1.lock").unlink()
+    assert cached_arrays("probe", "v1", build)["y"].tolist() == [1, 0] and not (tmp_path / "probe-v1.lock").exists()
     # arrays that fail to be written half-way leave no folder behind: the next call builds again
     with pytest.raises(ValueError, match="allow_pickle"):
         cached_arrays("other", "v1", lambda: {"a": np.arange(3), "b": np.array([object()])})

@@ -125,17 +125,18 @@ def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
     (copy-on-write): a process opens the language-ID arrays (370 MB) at once instead of reading them (0.7-1.4 s
     from an .npz), and the ranks of one machine share one copy of them in the page cache instead of each holding its own."""
     folder = data_dir() / f"{name}-{version}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder) + ".lock"):
-        if not folder.is_dir():
-            legacy = folder.with_name(f"{folder.name}.npz")  # the single-file cache of zoo before 2026-12-06
-            if legacy.is_file():
-                with np.load(legacy) as stored:
-                    arrays = {k: stored[k] for k in stored.files}
-            else:
-                arrays = build()
-            with atomic_folder(folder) as tmp:
-                for key, array in arrays.items():
-                    np.save(tmp / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
-            legacy.unlink(missing_ok=True)
-        return {path.stem: np.load(path, mmap_mode="c", allow_pickle=False) for path in sorted(folder.glob("*.npy"))}
+    if not folder.is_dir():  # written atomically: whole once it exists, read without the lock (as langid's texts)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(folder) + ".lock"):
+            if not folder.is_dir():
+                legacy = folder.with_name(f"{folder.name}.npz")  # the single-file cache of zoo before 2026-12-06
+                if legacy.is_file():
+                    with np.load(legacy) as stored:
+                        arrays = {k: stored[k] for k in stored.files}
+                else:
+                    arrays = build()
+                with atomic_folder(folder) as tmp:
+                    for key, array in arrays.items():
+                        np.save(tmp / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
+                legacy.unlink(missing_ok=True)
+    return {path.stem: np.load(path, mmap_mode="c", allow_pickle=False) for path in sorted(folder.glob("*.npy"))}
