@@ -18,6 +18,11 @@ PYTEST=("$BIN/python" -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reord
 LOG=build/validation/validation.log
 BESIDE_LOG=build/test-beside.log
 
+# The CPUs' busy and idle time (/proc/stat's first line, in clock ticks): read at the start and the end, so the last
+# line says how busy both CPUs were and how many CPU-seconds the run's processes took: a run whose CPUs were busy
+# throughout is bound by its CPU-seconds (fewer of them, not better scheduling, shortens it).
+cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6; exit}' /proc/stat; }
+read -r busy_start idle_start < <(cpu_ticks)
 start=$(date +%s)
 shared_dir=$(mktemp -d -t zoo-test-XXXXXX)
 validation_pid="" beside_pid=""
@@ -59,10 +64,20 @@ wait "$validation_pid"
 validation=$?
 validation_pid=""
 end=$(date +%s)
+read -r busy_end idle_end < <(cpu_ticks)
 cat "$LOG"
+# this shell's waited children, their own waited children included: bash's `times` (in this shell, not a subshell,
+# whose counts start at zero), its second line: user and system time
+{ times; } > "$shared_dir/times"
+cpu_seconds=$(awk 'NR == 2 {for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s += t[1] * 60 + t[2]}}
+                   END {printf "%d", s}' "$shared_dir/times")
+busy=$((busy_end - busy_start)) idle=$((idle_end - idle_start))
 echo "make test: $((end - start)) s wall (the first $((made - start)) s the quick entries' builds; pytest" \
   "$((half - made)) s single-process tests, exit $shared, then $((mid - half)) s tests that hold both CPUs, exit" \
   "$ranks; beside them at idle priority: the beside tests (their own time on their last line above), their last" \
   "$((beside_end - mid)) s after the others, exit $beside; validation, its last $((end - beside_end)) s after the" \
   "tests, exit $validation)"
+echo "make test: $cpu_seconds CPU-seconds (user and system time of every process it started); the machine's CPUs" \
+  "$((100 * busy / (busy + idle > 0 ? busy + idle : 1)))% busy over the run, $(((idle + 50) / $(getconf CLK_TCK)))" \
+  "CPU-seconds idle"
 [ "$shared" -eq 0 ] && [ "$ranks" -eq 0 ] && [ "$beside" -eq 0 ] && [ "$validation" -eq 0 ]
