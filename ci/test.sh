@@ -20,7 +20,8 @@ BESIDE_LOG=build/test-beside.log
 
 # The CPUs' busy and idle time (/proc/stat's first line, in clock ticks): read at the start and the end, so the last
 # line says how busy both CPUs were and how many CPU-seconds the run's processes took: a run whose CPUs were busy
-# throughout is bound by its CPU-seconds (fewer of them, not better scheduling, shortens it).
+# throughout is bound by its CPU-seconds (fewer of them, not better scheduling, shortens it). The machine's busy time
+# also counts what the kernel and processes left to init (a server a test stopped by signal, say) spent.
 cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6; exit}' /proc/stat; }
 read -r busy_start idle_start < <(cpu_ticks)
 start=$(date +%s)
@@ -77,7 +78,7 @@ echo "make test: $((end - start)) s wall (the first $((made - start)) s the quic
   "$ranks; beside them at idle priority: the beside tests (their own time on their last line above), their last" \
   "$((beside_end - mid)) s after the others, exit $beside; validation, its last $((end - beside_end)) s after the" \
   "tests, exit $validation)"
-echo "make test: $cpu_seconds CPU-seconds (user and system time of every process it started); the machine's CPUs" \
-  "$((100 * busy / (busy + idle > 0 ? busy + idle : 1)))% busy over the run, $(((idle + 50) / $(getconf CLK_TCK)))" \
-  "CPU-seconds idle"
+echo "make test: $cpu_seconds CPU-seconds (user and system time of the processes it started, as their parents" \
+  "waited for them); the machine's CPUs $((100 * busy / (busy + idle > 0 ? busy + idle : 1)))% busy over the run," \
+  "$(((idle + 50) / $(getconf CLK_TCK))) CPU-seconds idle"
 [ "$shared" -eq 0 ] && [ "$ranks" -eq 0 ] && [ "$beside" -eq 0 ] && [ "$validation" -eq 0 ]
