@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import importlib
 import importlib.metadata
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -116,6 +117,20 @@ def package_version(package: str) -> str:
         raise _missing(package) from None
 
 
+def made_once(path: Path, write: Callable[[], None]) -> bool:
+    """Run `write` (which writes `path` atomically) unless `path` exists; True when this call wrote it. Once it exists
+    it is read without a lock (a prepared, read-only cache needs none); processes that want it at once wait on one lock
+    and the first writes it. The data cache's one pattern for what is built once (cached_arrays, langid's texts)."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return False
+        write()
+        return True
+
+
 def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
     """Arrays built once and kept under the data cache (zoo.config.data_dir), so every rank and every later run reuses
     them. Processes that want the same arrays at once (the ranks of one torchrun) wait on a file lock for the first to
@@ -125,18 +140,18 @@ def cached_arrays(name: str, version: str, build: Callable[[], dict]) -> dict:
     (copy-on-write): a process opens the language-ID arrays (370 MB) at once instead of reading them (0.7-1.4 s
     from an .npz), and the ranks of one machine share one copy of them in the page cache instead of each holding its own."""
     folder = data_dir() / f"{name}-{version}"
-    if not folder.is_dir():  # written atomically: whole once it exists, read without the lock (as langid's texts)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(folder) + ".lock"):
-            if not folder.is_dir():
-                legacy = folder.with_name(f"{folder.name}.npz")  # the single-file cache of zoo before 2026-12-06
-                if legacy.is_file():
-                    with np.load(legacy) as stored:
-                        arrays = {k: stored[k] for k in stored.files}
-                else:
-                    arrays = build()
-                with atomic_folder(folder) as tmp:
-                    for key, array in arrays.items():
-                        np.save(tmp / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
-                legacy.unlink(missing_ok=True)
+
+    def write() -> None:
+        legacy = folder.with_name(f"{folder.name}.npz")  # the single-file cache of zoo before 2026-12-06
+        if legacy.is_file():
+            with np.load(legacy) as stored:
+                arrays = {k: stored[k] for k in stored.files}
+        else:
+            arrays = build()
+        with atomic_folder(folder) as tmp:
+            for key, array in arrays.items():
+                np.save(tmp / f"{key}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        legacy.unlink(missing_ok=True)
+
+    made_once(folder, write)
     return {path.stem: np.load(path, mmap_mode="c", allow_pickle=False) for path in sorted(folder.glob("*.npy"))}

@@ -39,10 +39,9 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock
 
 from zoo.config import data_dir
-from zoo.data.base import Dataset, Split, cached_arrays, register_dataset
+from zoo.data.base import Dataset, Split, cached_arrays, made_once, register_dataset
 from zoo.data.langid.augmentation import augment
 from zoo.data.langid.sources import (LABELS, MESSAGES, digest, fortunes, gnome_help, libreoffice_help, package_versions,
                                      software_messages, split_of)
@@ -75,18 +74,18 @@ def texts() -> dict:
     source; cached as JSON in the data cache (zoo.config.data_dir). Each language's training texts start with the
     vocabulary's sample (vocabulary_texts)."""
     path = data_dir() / f"langid-texts-{TEXTS_VERSION}.json"
-    if path.exists():  # written atomically: whole once it exists (a read-only prepared cache needs no lock)
-        return json.loads(path.read_text())
-    path.parent.mkdir(parents=True, exist_ok=True)
+    assembled = {}
+
+    def write() -> None:
+        assembled.update(_assembled())
+        atomic_write_text(path, json.dumps(assembled, ensure_ascii=False))
+
     # Processes that want the texts at once (the two tokenizations prepared side by side) read them once: the others
-    # wait on the lock for the first, then read its file.
-    with FileLock(f"{path}.lock"):
-        if path.exists():
-            return json.loads(path.read_text())
-        data = _assembled()
-        atomic_write_text(path, json.dumps(data, ensure_ascii=False))
-    _write_sources(data)
-    return data
+    # wait for the first (zoo.data.base.made_once), then read its file.
+    if not made_once(path, write):
+        return json.loads(path.read_text())
+    _write_sources(assembled)
+    return assembled
 
 
 def _assembled() -> dict:
