@@ -29,6 +29,8 @@ CNN = ["--recipe", "fp32", "--model", "digits-cnn", "steps=16", *SGD]
 BERT = ["--model", "bert", "steps=6", *SGD, "model_args.num_hidden_layers=2", "model_args.hidden_size=64",
         "model_args.num_attention_heads=2", "model_args.intermediate_size=128", "model_args.hidden_dropout_prob=0",
         "model_args.attention_probs_dropout_prob=0", "eval_examples=512"]
+QAT = ["--recipe", "qat-int8", "--no-tracking", "steps=20", "quantization.qat_steps=16",
+       "export.variants=[fp32,int8-qat]", "export.opsets=[17]"]
 TOLERANCE = 1e-5  # per tensor: |a - b| / |a| (norms)
 ranks = pytest.mark.usefixtures("whole_machine")  # a test that runs ranks takes both CPUs (tests/helpers.py)
 
@@ -92,12 +94,18 @@ def bert_reference() -> Path:
     return made_once("parallel-bert-reference", make) / "out"
 
 
-def test_the_one_process_references_train_and_export(cnn_reference, bert_reference):
-    for out in (cnn_reference, bert_reference):
+@pytest.fixture(scope="module")
+def qat_reference() -> Path:
+    return made_once("parallel-qat-reference", lambda folder: run(single(folder / "out", *QAT), folder)) / "out"
+
+
+def test_the_one_process_references_train_and_export(cnn_reference, bert_reference, qat_reference):
+    for out in (cnn_reference, bert_reference, qat_reference):
         got = summary(out)
         assert got["world_size"] == 1 and (out / "model.pt").is_file() and (out / "model.onnx").is_file()
         phase = got["phases"]["fp32"]
         assert phase["final_loss"] < phase["first_loss"] and got["variants"]["fp32"]["accuracy"] > 0
+    assert list(summary(qat_reference)["phases"]) == ["fp32", "qat"] and (qat_reference / "model.int8-qat.onnx").is_file()
 
 
 @ranks
@@ -335,10 +343,6 @@ def test_horovod_resumes_after_a_killed_rank(tmp_path):
     assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
 
 
-QAT = ["--recipe", "qat-int8", "--no-tracking", "steps=20", "quantization.qat_steps=16",
-       "export.variants=[fp32,int8-qat]", "export.opsets=[17]"]
-
-
 def int8_tensors(path: Path) -> dict:
     import onnx
     from onnx import numpy_helper
@@ -347,7 +351,7 @@ def int8_tensors(path: Path) -> dict:
 
 
 @ranks
-def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
+def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path, qat_reference):
     """Observers follow the global batch (zoo.train.qat.ObservedRanges): same quantization parameters and the same
     test-set predictions from 1 process, 2 DDP processes (also with micro-batches) and Horovod."""
     import numpy as np
@@ -355,8 +359,7 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path):
     from zoo.data import load_dataset
     from zoo.ort import ort
 
-    outs = {"1 process": tmp_path / "one"}
-    run(single(outs["1 process"], *QAT), tmp_path)
+    outs = {"1 process": qat_reference}  # made in the single-process part (test_the_one_process_references_...)
     # FSDP, ZeRO, tensor and pipeline fp32 phases hand QAT to the same DDP path (zoo.train.parallel.qat_strategy).
     # One job, two cells: a replica's whole share of the global batch of 64 at once, and in micro-batches of 16.
     run(torchrun("ddp.py", 2, tmp_path / "ddp", *QAT, "--sweep", "parallelism.micro_batch_size=32,16"), tmp_path)
