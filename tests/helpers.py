@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -163,6 +164,36 @@ def wall_limit(seconds: float) -> float | None:
     minutes at a time with its work done, so pytest's own limit per test (ci/test.sh: --timeout) catches hangs
     instead; subprocess.run kills its child when that limit ends the test."""
     return None if os.sched_getscheduler(0) == os.SCHED_IDLE else seconds
+
+
+def side_by_side(*jobs: tuple[list[str], dict, Path], timeout: float = 600) -> list[subprocess.CompletedProcess]:
+    """Independent commands of one test (command, environment, working folder), started together and awaited: most
+    of a training job or a build is one busy process at a time (torchrun and the ranks starting, rank 0 exporting
+    while the others wait), so two take little more wall time than one, and their results never depend on it. The
+    output goes to files (a pipe nobody reads while another command is awaited would stall its writer); a command
+    still running when the limit ends or the test fails is stopped (SIGTERM: torchrun and `zoo build` stop their
+    ranks), then killed."""
+    limit = wall_limit(timeout)
+    deadline = None if limit is None else time.monotonic() + limit
+    with tempfile.TemporaryDirectory(prefix="zoo-side-by-side-") as tmp:
+        started = []
+        try:
+            for i, (command, env, cwd) in enumerate(jobs):
+                with open(f"{tmp}/{i}.out", "w") as out, open(f"{tmp}/{i}.err", "w") as err:
+                    started.append(subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=err, text=True))
+            for process in started:
+                process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finally:
+            for process in started:
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=15)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+        return [subprocess.CompletedProcess(p.args, p.returncode, Path(f"{tmp}/{i}.out").read_text(),
+                                            Path(f"{tmp}/{i}.err").read_text()) for i, p in enumerate(started)]
 
 
 # `zoo` commands that start torchrun ranks (two busy processes).

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import REPO, failed_run, free_port, made_once
+from tests.helpers import REPO, failed_run, free_port, made_once, side_by_side
 
 BIN = Path(sys.executable).parent
 SGD = ["optimizer.name=sgd", "optimizer.lr=0.05", "quantization.scheme=none", "export.variants=[fp32]",
@@ -46,6 +46,15 @@ def run(cmd: list[str], tmp_path: Path, timeout: int = 600, **extra) -> subproce
     if result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}: {failed_run(cmd, result.stdout, result.stderr)}")
     return result
+
+
+def run_together(tmp_path: Path, *jobs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
+    """Independent jobs of one test (command, extra environment) side by side (tests/helpers.py side_by_side)."""
+    results = side_by_side(*[(cmd, env(tmp_path, **extra), tmp_path) for cmd, extra in jobs])
+    for result in results:
+        if result.returncode != 0:
+            raise AssertionError(f"exit {result.returncode}: {failed_run(result.args, result.stdout, result.stderr)}")
+    return results
 
 
 def torchrun(launcher: str, nproc: int, out: Path, *args: str) -> list[str]:
@@ -321,9 +330,10 @@ RESUMABLE = [*CNN, "checkpoint.interval_steps=5"]
 @ranks
 @pytest.mark.parametrize("launcher,strategy", [("deepspeed.py", "zero3"), ("pipeline.py", "pp")])
 def test_killed_rank_resumes_to_same_weights(tmp_path, launcher, strategy):
-    run(torchrun(launcher, 2, tmp_path / "clean", *RESUMABLE, f"parallelism.strategy={strategy}"), tmp_path)
     cmd = torchrun(launcher, 2, tmp_path / "crashed", *RESUMABLE, f"parallelism.strategy={strategy}")
-    crashed = run([*cmd[:3], "--max-restarts=1", *cmd[3:]], tmp_path, ZOO_TEST_FAULT="train-step@1:12")
+    _, crashed = run_together(
+        tmp_path, (torchrun(launcher, 2, tmp_path / "clean", *RESUMABLE, f"parallelism.strategy={strategy}"), {}),
+        ([*cmd[:3], "--max-restarts=1", *cmd[3:]], {"ZOO_TEST_FAULT": "train-step@1:12"}))
     assert "resumed from the checkpoint at step 10" in crashed.stdout + crashed.stderr
     assert worst_difference(tmp_path / "clean", tmp_path / "crashed") == 0.0
 
@@ -334,9 +344,9 @@ def test_horovod_resumes_after_a_killed_rank(tmp_path):
         return [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
                 str(REPO / "launchers" / "horovod.py"), "--output-dir", str(tmp_path / out), *RESUMABLE, *extra]
 
-    run(horovod("clean"), tmp_path)
-    failed = subprocess.run(horovod("crashed"), capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                            env=env(tmp_path, ZOO_TEST_FAULT="train-step@1:12"))
+    clean, failed = side_by_side((horovod("clean"), env(tmp_path), tmp_path),
+                                 (horovod("crashed"), env(tmp_path, ZOO_TEST_FAULT="train-step@1:12"), tmp_path))
+    assert clean.returncode == 0, failed_run(clean.args, clean.stdout, clean.stderr)
     assert failed.returncode != 0  # horovodrun stops the job when a rank dies
     resumed = run(horovod("crashed", "--resume"), tmp_path)
     assert "resumed from the checkpoint at step 10" in resumed.stdout + resumed.stderr
@@ -362,11 +372,12 @@ def test_qat_int8_from_n_processes_is_the_1_process_model(tmp_path, qat_referenc
     outs = {"1 process": qat_reference}  # made in the single-process part (test_the_one_process_references_...)
     # FSDP, ZeRO, tensor and pipeline fp32 phases hand QAT to the same DDP path (zoo.train.parallel.qat_strategy).
     # One job, two cells: a replica's whole share of the global batch of 64 at once, and in micro-batches of 16.
-    run(torchrun("ddp.py", 2, tmp_path / "ddp", *QAT, "--sweep", "parallelism.micro_batch_size=32,16"), tmp_path)
     outs["ddp"], outs["ddp micro-batches"] = tmp_path / "ddp" / "32", tmp_path / "ddp" / "16"
     outs["horovod"] = tmp_path / "horovod"
-    run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
-         str(REPO / "launchers" / "horovod.py"), "--output-dir", str(outs["horovod"]), *QAT], tmp_path)
+    run_together(tmp_path,
+                 (torchrun("ddp.py", 2, tmp_path / "ddp", *QAT, "--sweep", "parallelism.micro_batch_size=32,16"), {}),
+                 ([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+                   str(REPO / "launchers" / "horovod.py"), "--output-dir", str(outs["horovod"]), *QAT], {}))
 
     test = load_dataset("digits").test
     predictions = {}

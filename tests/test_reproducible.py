@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import ARTIFACTS, REPO, quick_recipe
+from tests.helpers import ARTIFACTS, REPO, quick_recipe, side_by_side
 from zoo.cards import load_card
 from zoo.metadata import read_metadata
 from zoo.provenance import TreeState
@@ -27,39 +27,20 @@ def _clone(root: Path) -> Path:
     return root
 
 
-def _start_build(clone: Path, entries: Path, recipe: Path, *extra: str) -> subprocess.Popen:
-    """`zoo build` run by the clone's own code, writing into a catalog outside it; its ZOO_HOME and its output in a
-    folder beside the catalog (files: a pipe nobody reads while the other build is awaited would stall it)."""
+def _build_job(clone: Path, entries: Path, recipe: Path, *extra: str) -> tuple[list[str], dict, Path]:
+    """`zoo build` run by the clone's own code, writing into a catalog outside it (ZOO_HOME beside the catalog)."""
     (entries / "quick-digits").mkdir(parents=True, exist_ok=True)
     card = entries / "quick-digits" / "card.yaml"
     if not card.exists():
         card.write_text(yaml.safe_dump({**CARD, "training": {"recipe": str(recipe)}}))
-    own = entries.with_name(f"{entries.name}-run")
-    own.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(clone), "ZOO_ENTRIES": str(entries), "ZOO_HOME": str(own / "home"),
-           "ZOO_LFS_URL": "", "ZOO_STORE": ""}
-    with open(own / "build.out", "w") as out, open(own / "build.err", "w") as err:
-        build = subprocess.Popen([sys.executable, "-m", "zoo.cli", "build", "quick-digits", *extra], cwd=clone,
-                                 env=env, stdout=out, stderr=err, text=True)
-    build.outputs = own  # type: ignore[attr-defined]
-    return build
-
-
-def _finish(*builds: subprocess.Popen) -> list[subprocess.CompletedProcess]:
-    try:
-        for build in builds:
-            build.wait(timeout=900)
-    finally:
-        for build in builds:
-            if build.poll() is None:  # its ranks stop with it (zoo.processes.run_stoppable)
-                build.terminate()
-                build.wait()
-    return [subprocess.CompletedProcess(b.args, b.returncode, (b.outputs / "build.out").read_text(),
-                                        (b.outputs / "build.err").read_text()) for b in builds]
+    env = {**os.environ, "PYTHONPATH": str(clone), "ZOO_ENTRIES": str(entries),
+           "ZOO_HOME": str(entries.with_name(f"{entries.name}-home")), "ZOO_LFS_URL": "", "ZOO_STORE": ""}
+    return [sys.executable, "-m", "zoo.cli", "build", "quick-digits", *extra], env, clone
 
 
 def _build(clone: Path, entries: Path, recipe: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _finish(_start_build(clone, entries, recipe, *extra))[0]
+    command, env, cwd = _build_job(clone, entries, recipe, *extra)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -69,10 +50,9 @@ def _files(folder: Path) -> dict[str, str]:
 
 def test_two_clean_clones_build_identical_bytes(tmp_path, whole_machine):
     recipe = quick_recipe(tmp_path, steps=30, qat_steps=5)  # the bytes, not the accuracy, are what is compared
-    # Side by side, as two machines would build: most of a build is one process at a time (the rank 0 exporting and
-    # measuring, the build command's own checks), so the two take little more than one; bytes never depend on it.
-    started = [_start_build(_clone(tmp_path / f"clone-{name}"), tmp_path / f"entries-{name}", recipe) for name in "ab"]
-    for result in _finish(*started):
+    # Side by side, as two machines would build (tests/helpers.py side_by_side).
+    jobs = [_build_job(_clone(tmp_path / f"clone-{name}"), tmp_path / f"entries-{name}", recipe) for name in "ab"]
+    for result in side_by_side(*jobs, timeout=900):
         assert result.returncode == 0, result.stderr[-3000:]
     builds = [tmp_path / f"entries-{name}" / "quick-digits" for name in "ab"]
     first, second = (_files(b) for b in builds)
