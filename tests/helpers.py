@@ -377,7 +377,7 @@ def ondevice_digits_entry() -> Path:
 def prepared_datasets() -> None:
     """Every dataset prepared into the run's cache ($ZOO_DATA_DIR; zoo.data caches each once), each in a process of
     its own, side by side: the two tokenizations of the language-ID texts (half a CPU-minute each) run at once after
-    the first of them has read the texts (a CPU-minute; the other waits on zoo.data's lock, then reads its file)."""
+    the first of them has read the texts (half a CPU-minute; the other waits on zoo.data's lock, then reads its file)."""
     from zoo.data import dataset_names  # lazy: imports every dataset module, which only this needs
 
     def prepared(name: str) -> None:

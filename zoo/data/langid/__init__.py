@@ -89,7 +89,7 @@ def texts() -> dict:
 
 
 def _assembled() -> dict:
-    """texts() read anew from the Debian packages (about a CPU-minute, most of it parsing the help pages)."""
+    """texts() read anew from the Debian packages (about half a CPU-minute, most of it parsing the help pages)."""
     out = {s: ([], []) for s in ("train", "val", "test", "second-domain")}
     sources: dict[str, dict[str, int]] = {}
     candidates, held_out = {}, set()
