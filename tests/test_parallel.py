@@ -40,21 +40,20 @@ def env(tmp_path: Path, **extra) -> dict:
             "HOROVOD_GLOO_IFACE": "lo", **extra}
 
 
-def run(cmd: list[str], tmp_path: Path, timeout: int = 600, **extra) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path, **extra), timeout=timeout,
-                            cwd=tmp_path)
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     if result.returncode != 0:
-        raise AssertionError(f"exit {result.returncode}: {failed_run(cmd, result.stdout, result.stderr)}")
+        raise AssertionError(f"exit {result.returncode}: {failed_run(result.args, result.stdout, result.stderr)}")
     return result
+
+
+def run(cmd: list[str], tmp_path: Path, timeout: int = 600, **extra) -> subprocess.CompletedProcess:
+    return succeeded(subprocess.run(cmd, capture_output=True, text=True, env=env(tmp_path, **extra), timeout=timeout,
+                                    cwd=tmp_path))
 
 
 def run_together(tmp_path: Path, *jobs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
     """Independent jobs of one test (command, extra environment) side by side (tests/helpers.py side_by_side)."""
-    results = side_by_side(*[(cmd, env(tmp_path, **extra), tmp_path) for cmd, extra in jobs])
-    for result in results:
-        if result.returncode != 0:
-            raise AssertionError(f"exit {result.returncode}: {failed_run(result.args, result.stdout, result.stderr)}")
-    return results
+    return [succeeded(r) for r in side_by_side(*[(cmd, env(tmp_path, **extra), tmp_path) for cmd, extra in jobs])]
 
 
 def torchrun(launcher: str, nproc: int, out: Path, *args: str) -> list[str]:
@@ -346,7 +345,7 @@ def test_horovod_resumes_after_a_killed_rank(tmp_path):
 
     clean, failed = side_by_side((horovod("clean"), env(tmp_path), tmp_path),
                                  (horovod("crashed"), env(tmp_path, ZOO_TEST_FAULT="train-step@1:12"), tmp_path))
-    assert clean.returncode == 0, failed_run(clean.args, clean.stdout, clean.stderr)
+    succeeded(clean)
     assert failed.returncode != 0  # horovodrun stops the job when a rank dies
     resumed = run(horovod("crashed", "--resume"), tmp_path)
     assert "resumed from the checkpoint at step 10" in resumed.stdout + resumed.stderr
