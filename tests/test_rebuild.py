@@ -66,7 +66,8 @@ def env_home(env: dict) -> Path:
     return Path(env["ZOO_HOME"])
 
 
-def test_killed_build_resumes_and_concurrent_fetches_build_once(no_store, whole_machine):
+@pytest.mark.beside  # make test: at idle priority beside the other parts (tests/conftest.py): builds, no server
+def test_killed_build_resumes_and_concurrent_fetches_build_once(no_store):
     env, card = no_store
     cache = ObjectCache(root=env_home(env))
     # A build killed mid-training (rank 0 dies before step 150; the recipe checkpoints every 100) fails cleanly.
@@ -97,7 +98,8 @@ def test_killed_build_resumes_and_concurrent_fetches_build_once(no_store, whole_
     assert not (env_home(env) / "builds").exists() or not any((env_home(env) / "builds").iterdir())
 
 
-def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store, whole_machine):
+@pytest.mark.beside
+def test_other_cpu_bytes_are_kept_apart_as_a_local_build(no_store):
     env, card = no_store
     cache = ObjectCache(root=env_home(env))
     code, result, stderr = finish(fetch(env, "--build", ZOO_TEST_FAULT="build-cpu@0"))

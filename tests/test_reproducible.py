@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers import ARTIFACTS, REPO, quick_recipe, side_by_side
@@ -48,7 +49,8 @@ def _files(folder: Path) -> dict[str, str]:
             if p.is_file() and p.name != "card.yaml"}
 
 
-def test_two_clean_clones_build_identical_bytes(tmp_path, whole_machine):
+@pytest.mark.beside  # make test: at idle priority beside the other parts (tests/conftest.py): builds, no server
+def test_two_clean_clones_build_identical_bytes(tmp_path):
     recipe = quick_recipe(tmp_path, steps=30, qat_steps=5)  # the bytes, not the accuracy, are what is compared
     # Side by side, as two machines would build (tests/helpers.py side_by_side).
     jobs = [_build_job(_clone(tmp_path / f"clone-{name}"), tmp_path / f"entries-{name}", recipe) for name in "ab"]
