@@ -53,7 +53,7 @@ if [ "$shared" -eq 0 ]; then
   beside_pid=$!
 fi
 set +m
-if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" --durations=25 --part shared; shared=$?; fi
+if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" -n 3 --durations=25 --part shared; shared=$?; fi
 half=$(date +%s)
 "${PYTEST[@]}" --durations=15 --part ranks
 ranks=$?
