@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: the tests and CI's validation (ci/validate.sh), then the total and every part.
-# - pytest in three parts (tests/conftest.py PARTS): the single-process tests two at a time (--part shared), then the
-#   tests that hold both CPUs (--part ranks), so no test waits with a CPU idle for the other worker's test to end;
+# - pytest in three parts (tests/conftest.py PARTS): the single-process tests three at a time (--part shared: many of
+#   them wait part of the time on a server, a browser or a Flower timeout; two at a time their own CPU-seconds were
+#   322-342 of the part's 2 x 260), then the tests that hold both CPUs (--part ranks, two workers), so no test waits
+#   with a CPU idle for the other worker's test to end;
 #   and, beside both at idle priority, the single-process tests that only compute (--part beside: builds, rebuilds,
 #   training runs). All share one prepared-data cache and one folder of what tests make once; the quick entries'
 #   builds (both CPUs) and every dataset are made first (tests/helpers.py made_first), so no worker waits for them.

@@ -57,7 +57,7 @@ def pytest_unconfigure(config):
 
 
 # The files that take longest first (CPU seconds per part at 47f702e, AMD EPYC AVX2): pytest-xdist hands whole files
-# to the two workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and the short
+# to the workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and the short
 # ones fill the end of each part instead of one long file running alone at the end. test_parallel leads the ranks
 # part; the single-process part starts with the files that hold most of its work.
 LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_families", "test_federated", "test_hostile",
@@ -65,11 +65,12 @@ LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_famili
                  "test_store", "test_docs", "test_repo_store", "test_data", "test_entries"]
 
 
-# `make test` (ci/test.sh) runs pytest three times (PARTS): `--part shared` (the single-process majority, two workers
-# side by side), then `--part ranks` (the tests that hold both CPUs for several busy processes) and, beside both at
-# idle priority (SCHED_IDLE: a CPU no other test wants), `--part beside`: single-process tests that only compute
-# (builds, rebuilds, training runs; no server, no deadline a starved minute could miss), which fill the seconds the
-# other parts leave a CPU idle. In one mixed run a test that wants both CPUs waits, one CPU idle, for the other
+# `make test` (ci/test.sh) runs pytest three times (PARTS): `--part shared` (the single-process majority, three workers
+# side by side: many wait part of the time on a server, a browser or a timeout), then `--part ranks` (the tests that
+# hold both CPUs for several busy processes) and, beside both at idle priority (SCHED_IDLE: a CPU no other test
+# wants), `--part beside`: single-process tests that only compute (builds, rebuilds, training runs; no server, no
+# deadline a starved minute could miss), which fill the seconds the other parts leave a CPU idle. In one mixed run a
+# test that wants both CPUs waits, one CPU idle, for the other
 # worker's current test to end: 663 worker-seconds of a 2,149-second run on 2026-12-05 (AMD EPYC, AVX2). A test is
 # `ranks` when it asks for the whole_machine fixture (directly or through a fixture) or carries @pytest.mark.ranks
 # (it takes tests/helpers.py all_cpus() itself); a test that held both CPUs without it is named at the end of the run

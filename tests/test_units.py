@@ -374,6 +374,26 @@ def test_int8_bound_is_amdahls_law_over_the_matrix_products():
     assert int8_bound(profile, 1.0) == pytest.approx(1.0) and int8_bound({"Add": 1.0}, 32.0) == pytest.approx(1.0)
 
 
+def test_a_finished_rank_leaves_without_the_interpreters_finalization():
+    """zoo.train.entry: after a finished run a launcher's process exits 0, its buffered output flushed, and skips the
+    interpreter's finalization (where torch's C++ teardown once aborted a finished rank): no atexit handler runs and
+    nothing after the run. The trainer is replaced by a stand-in (no torch)."""
+    script = """
+import atexit, sys, types
+fake = types.ModuleType("zoo.train.launch")
+def launch(launcher, args, init=None):
+    atexit.register(lambda: print(" finalized", flush=True))
+    print("trained", launcher, args.recipe, end="")  # buffered: leave() flushes it
+fake.launch = launch
+sys.modules["zoo.train.launch"] = fake
+sys.argv = ["ddp.py", "--recipe", "fp32"]
+from zoo.train.entry import run_launcher
+run_launcher("ddp")
+print(" after the run")
+"""
+    assert fresh_python(script).stdout == "trained ddp fp32"
+
+
 def test_the_root_failure_is_the_rank_that_failed_not_the_one_torchrun_stopped():
     # Both collected within one second and without error files: torchrun's own get_first_failure names rank 0.
     failed = ProcessFailure(local_rank=1, pid=12, exitcode=1, error_file="")
