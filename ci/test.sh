@@ -16,7 +16,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-PYTEST=("$BIN/python" -m pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder)
+# each part names its own number of pytest-xdist workers (-n)
+PYTEST=("$BIN/python" -m pytest -q -ra --dist loadfile --no-loadscope-reorder)
 LOG=build/validation/validation.log
 BESIDE_LOG=build/test-beside.log
 
@@ -51,13 +52,13 @@ set -m
 chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &  # chrt: util-linux, in every Debian and Ubuntu base system
 validation_pid=$!
 if [ "$shared" -eq 0 ]; then
-  chrt --idle 0 "${PYTEST[@]}" --durations=10 --timeout 2700 --part beside > "$BESIDE_LOG" 2>&1 &
+  chrt --idle 0 "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside > "$BESIDE_LOG" 2>&1 &
   beside_pid=$!
 fi
 set +m
 if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" -n 3 --durations=25 --part shared; shared=$?; fi
 half=$(date +%s)
-"${PYTEST[@]}" --durations=15 --part ranks
+"${PYTEST[@]}" -n 2 --durations=15 --part ranks
 ranks=$?
 mid=$(date +%s)
 beside=1

@@ -28,7 +28,8 @@ def leave() -> None:
     """End a rank whose run finished (its files written atomically, its process group destroyed, its MLflow run
     closed) without the interpreter's finalization: torch's C++ objects are destroyed there in an order that can abort
     a finished rank ("terminate called without an active exception", exit -6: rank 1 of a two-cell DDP sweep in a
-    CI run, after `destroy_process_group`), failing a run that has done its work. A failed run (SystemExit) still
+    CI run, after zoo.train.distributed `shutdown`'s barrier and `destroy_process_group`), failing a run that has done
+    its work. A failed run (SystemExit) still
     ends the usual way."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
