@@ -169,6 +169,33 @@ def test_gemm_as_matmul_keeps_the_arithmetic():
     assert [n.op_type for n in scaled.graph.node] == ["Gemm"]
 
 
+def test_predict_batches_rows_unless_the_graph_quantizes_activations_per_batch(tmp_path):
+    """zoo.evaluate.predict runs BATCH rows at a time where each row's logits do not depend on the others (the same
+    bytes at any batch), and a dynamically quantized file at DYNAMIC_BATCH, the batch its card was measured at: one
+    activation scale over the whole batch makes its outputs depend on the rows beside them."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from zoo.evaluate import BATCH, DYNAMIC_BATCH, batch_size_for, predict
+
+    rng = np.random.default_rng(3)
+    weights = rng.standard_normal((8, 4)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["logits"])], "linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])],
+                              initializer=[numpy_helper.from_array(weights, "W")])
+    fp32, dynamic = tmp_path / "model.onnx", tmp_path / "model.int8-dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), fp32)
+    quantize_dynamic(fp32, dynamic, weight_type=QuantType.QInt8)
+    # small rows, then rows a hundred times larger: a batch holding both quantizes the small ones coarsely
+    x = np.concatenate([rng.standard_normal((40, 8)), 100 * rng.standard_normal((40, 8))]).astype(np.float32)
+    assert (batch_size_for(fp32), batch_size_for(dynamic)) == (BATCH, DYNAMIC_BATCH) and BATCH < len(x) < DYNAMIC_BATCH
+    one_by_one = predict(fp32, x, batch_size=1)
+    assert np.array_equal(predict(fp32, x), one_by_one) and np.array_equal(predict(fp32, x, batch_size=len(x)), one_by_one)
+    measured = predict(dynamic, x, batch_size=DYNAMIC_BATCH)
+    assert np.array_equal(predict(dynamic, x), measured)
+    assert not np.array_equal(predict(dynamic, x, batch_size=BATCH), measured)  # why it keeps its card's batch
+
+
 def test_quantize_embeddings_stores_int8_rows_within_half_a_step():
     rng = np.random.default_rng(2)
     table = (rng.standard_normal((100, 16)) * rng.uniform(0.1, 3.0, (100, 1))).astype(np.float32)
@@ -460,9 +487,10 @@ def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
 
 
 def test_a_child_at_idle_priority_outlives_its_wall_clock_limit():
-    """make test's beside part runs at idle priority (ci/test.sh), where a child may wait minutes for a CPU with its
-    work done: a wall-clock limit there killed a finished training run (CI at 29b0fd1). tests.helpers.wall_limit
-    lifts it at idle priority only; pytest's own limit per test still catches hangs."""
+    """make test's beside part runs at niceness 19 and validation at idle priority (ci/test.sh), where a child may
+    wait minutes for a CPU with its work done: a wall-clock limit there killed a finished training run (CI at
+    29b0fd1). tests.helpers.wall_limit lifts it at those background priorities only; pytest's own limit per test
+    still catches hangs."""
     script = """
 import os, subprocess, sys
 from tests.helpers import wall_limit
@@ -473,6 +501,10 @@ try:
     raise AssertionError("at normal priority the limit holds")
 except subprocess.TimeoutExpired:
     pass
+os.setpriority(os.PRIO_PROCESS, 0, 18)
+assert wall_limit(0.5) == 0.5
+os.setpriority(os.PRIO_PROCESS, 0, 19)  # the beside part's niceness
+assert wall_limit(0.5) is None
 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 assert wall_limit(0.5) is None
 assert subprocess.run(sleep, timeout=wall_limit(0.5)).returncode == 0

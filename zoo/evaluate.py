@@ -17,6 +17,7 @@ import onnx
 
 from zoo.catalog import require_content
 from zoo.metrics import label_accuracy
+from zoo.onnx_passes import op_types
 from zoo.ort import ort
 
 
@@ -35,9 +36,26 @@ def session(path: Path, threads: int = 1, optimized_to: Path | None = None,
     return ort.InferenceSession(str(require_content(Path(path))), options, providers=["CPUExecutionProvider"])
 
 
-def predict(path: Path, x: np.ndarray, batch_size: int = 256, threads: int = 1) -> np.ndarray:
-    """Logits for `x`, run in batches."""
-    sess = session(path, threads)
+# How many rows `predict` runs at once. onnxruntime computes each row the same way whatever else its batch holds (the
+# same bytes at 16 as at 256 for every fp32, fp16, int8-qat and int8-ptq file of the catalog), and a small batch keeps
+# a transformer's activations in the CPU's caches: fewer CPU-seconds for the same logits (benchmarks/eval_batch.py).
+# A dynamically quantized graph is the exception: it quantizes each activation tensor with one scale computed over the
+# whole batch, so its outputs depend on the rows beside them; such files are run at DYNAMIC_BATCH, the batch their
+# cards' metrics were measured at.
+BATCH = 16
+DYNAMIC_BATCH = 256
+BATCH_DEPENDENT_OPS = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"}
+
+
+def batch_size_for(path: Path) -> int:
+    """`predict`'s batch for a file: DYNAMIC_BATCH where its outputs depend on the batch, else BATCH."""
+    return DYNAMIC_BATCH if op_types(onnx.load(str(path))) & BATCH_DEPENDENT_OPS else BATCH
+
+
+def predict(path: Path, x: np.ndarray, batch_size: int | None = None, threads: int = 1) -> np.ndarray:
+    """Logits for `x`, run in batches (default: `batch_size_for` the file)."""
+    sess = session(path, threads)  # first: it says so when the file is a Git LFS pointer
+    batch_size = batch_size or batch_size_for(path)
     name = sess.get_inputs()[0].name
     outputs = [sess.run(None, {name: x[i:i + batch_size]})[0] for i in range(0, len(x), batch_size)]
     return np.concatenate(outputs).astype(np.float32)

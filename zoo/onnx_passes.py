@@ -4,17 +4,32 @@ topological order."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+def graphs_of(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
+    """The model's graph, its functions and every subgraph under them (If, Loop, Scan bodies)."""
+    pending = [model.graph, *model.functions]
+    while pending:
+        graph = pending.pop()
+        yield graph
+        for node in graph.node:
+            pending += [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
+
+
+def op_types(model: onnx.ModelProto) -> set[str]:
+    """Every node type of the model, in all its graphs."""
+    return {node.op_type for graph in graphs_of(model) for node in graph.node}
+
 
 def strip_debug_info(model: onnx.ModelProto) -> onnx.ModelProto:
     """Drop the dynamo exporter's per-node debug metadata (Python stack traces with the exporting machine's file
     paths, FX node dumps): they differ between two checkouts of one commit, so they would break reproducible bytes,
     and they leak the builder's paths. The graph itself is untouched."""
-    graphs = [model.graph, *(f for f in model.functions)]
-    while graphs:
-        graph = graphs.pop()
+    for graph in graphs_of(model):
         if isinstance(graph, onnx.GraphProto):
             graph.doc_string = ""
             for info in [*graph.input, *graph.output, *graph.value_info]:
@@ -25,7 +40,6 @@ def strip_debug_info(model: onnx.ModelProto) -> onnx.ModelProto:
         for node in graph.node:
             del node.metadata_props[:]
             node.doc_string = ""
-            graphs += [a.g for a in node.attribute if a.HasField("g")] + [g for a in node.attribute for g in a.graphs]
     return model
 
 
