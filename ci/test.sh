@@ -4,14 +4,16 @@
 #   them wait part of the time on a server, a browser or a Flower timeout; two at a time their own CPU-seconds were
 #   322-342 of the part's 2 x 260), then the tests that hold both CPUs (--part ranks, two workers), so no test waits
 #   with a CPU idle for the other worker's test to end;
-#   and, beside both at idle priority, the single-process tests that only compute (--part beside: builds, rebuilds,
+#   and, beside both in the background, the single-process tests that only compute (--part beside: builds, rebuilds,
 #   training runs). All share one prepared-data cache and one folder of what tests make once; the quick entries'
 #   builds (both CPUs) and every dataset are made first (tests/helpers.py made_first), so no worker waits for them.
-# - Validation and the beside part run at idle priority (SCHED_IDLE: a CPU only when no test process of the other
-#   parts wants it), each in a process group of its own, their output in build/validation/validation.log and
-#   build/test-beside.log, printed when they end. The other parts leave a CPU idle for seconds at a time (a rank 0
-#   exporting while the others wait, a server waiting out a timeout, the test's own checks, a worker's last file):
-#   idle-priority work fills those gaps instead of running alone afterwards.
+# - The beside part and validation run in the background, each in a process group of its own, their output in
+#   build/test-beside.log and build/validation/validation.log, printed when they end. The other parts leave a CPU idle
+#   for seconds at a time (a rank 0 exporting while the others wait, a server waiting out a timeout, the test's own
+#   checks, a worker's last file): background work fills those gaps instead of running alone afterwards. The beside
+#   part at niceness 19 (the kernel's weight 15 against a test's 1,024: a CPU the other parts leave, hardly a share of
+#   one they want), validation at idle priority (SCHED_IDLE, weight 3: what both leave), so the tests end first.
+#   Both idle, they shared the gaps evenly and the beside part ended 87-113 s after the others (2026-12-07).
 # Exit status: non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,16 +45,16 @@ mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
 "$BIN/python" -m tests.helpers
 shared=$?
 made=$(date +%s)
-echo "validation and the beside tests: running at idle priority (ci/validate.sh, pytest --part beside; their output:" \
-  "$LOG, $BESIDE_LOG, printed when they end)"
+echo "the beside tests and validation: running in the background (pytest --part beside at niceness 19," \
+  "ci/validate.sh at idle priority; their output: $BESIDE_LOG, $LOG, printed when they end)"
 # Each in a process group of its own (pgid = its pid) in this session: in a new session (setsid) it would get an
-# autogroup of its own, which the kernel gives as much CPU as the tests' session, idle priority or not. The beside
-# part's timeout per test is longer: at idle priority a test may wait minutes for a CPU (the timeout catches hangs).
+# autogroup of its own, which the kernel gives as much CPU as the tests' session, whatever its priority. The beside
+# part's timeout per test is longer: in the background a test may wait minutes for a CPU (the timeout catches hangs).
 set -m
 chrt --idle 0 bash ci/validate.sh > "$LOG" 2>&1 &  # chrt: util-linux, in every Debian and Ubuntu base system
 validation_pid=$!
 if [ "$shared" -eq 0 ]; then
-  chrt --idle 0 "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside > "$BESIDE_LOG" 2>&1 &
+  nice -n 19 "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside > "$BESIDE_LOG" 2>&1 &
   beside_pid=$!
 fi
 set +m
@@ -78,7 +80,7 @@ cpu_seconds=$(awk 'NR == 2 {for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s +=
 busy=$((busy_end - busy_start)) idle=$((idle_end - idle_start))
 echo "make test: $((end - start)) s wall (the first $((made - start)) s the quick entries' builds; pytest" \
   "$((half - made)) s single-process tests, exit $shared, then $((mid - half)) s tests that hold both CPUs, exit" \
-  "$ranks; beside them at idle priority: the beside tests (their own time on their last line above), their last" \
+  "$ranks; beside them in the background: the beside tests (their own time on their last line above), their last" \
   "$((beside_end - mid)) s after the others, exit $beside; validation, its last $((end - beside_end)) s after the" \
   "tests, exit $validation)"
 echo "make test: $cpu_seconds CPU-seconds (user and system time of the processes it started, as their parents" \

@@ -158,12 +158,18 @@ def all_cpus():
         fcntl.flock(_LEASE["file"], fcntl.LOCK_SH)  # converted in place: through the turnstile it could deadlock
 
 
+def background() -> bool:
+    """Whether this process runs at a background priority: idle (SCHED_IDLE, as `make test` runs validation) or the
+    lowest niceness, 19 (its beside part): the kernel gives it a CPU only when the tests at normal priority leave
+    one, and it may wait minutes at a time."""
+    return os.sched_getscheduler(0) == os.SCHED_IDLE or os.getpriority(os.PRIO_PROCESS, 0) >= 19
+
+
 def wall_limit(seconds: float) -> float | None:
-    """A child process's wall-clock limit, which catches a hang: `seconds`, or none at idle priority (SCHED_IDLE, as
-    `make test` runs its beside part): there a child gets a CPU only when no other process wants one and may wait
-    minutes at a time with its work done, so pytest's own limit per test (ci/test.sh: --timeout) catches hangs
-    instead; subprocess.run kills its child when that limit ends the test."""
-    return None if os.sched_getscheduler(0) == os.SCHED_IDLE else seconds
+    """A child process's wall-clock limit, which catches a hang: `seconds`, or none at a background priority
+    (`background`): there a child may wait minutes at a time for a CPU with its work done, so pytest's own limit per
+    test (ci/test.sh: --timeout) catches hangs instead; subprocess.run kills its child when that limit ends the test."""
+    return None if background() else seconds
 
 
 def side_by_side(*jobs: tuple[list[str], dict, Path], timeout: float = 600) -> list[subprocess.CompletedProcess]:
