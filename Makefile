@@ -104,6 +104,7 @@ benchmarks: setup
 	$(BIN)/python benchmarks/fetch_throughput.py
 	$(BIN)/python benchmarks/training.py
 	$(BIN)/python benchmarks/length_grouping.py
+	$(BIN)/python benchmarks/eval_batch.py
 	$(BIN)/python benchmarks/latency.py
 	$(BIN)/python benchmarks/parallel.py
 

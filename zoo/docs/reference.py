@@ -97,7 +97,7 @@ def kinds_reference() -> str:
 
 
 BENCHMARK_PAGES = ["baselines.md", "tokenization.md", "latency.md", "profiles.md", "parallel.md", "training.md",
-                   "length_grouping.md", "fetch_throughput.md", "validation.md"]
+                   "length_grouping.md", "eval_batch.md", "fetch_throughput.md", "validation.md"]
 
 
 def _summary(report: list[str]) -> list[str]:
