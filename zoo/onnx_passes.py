@@ -1,6 +1,7 @@
 """Rewrites of an ONNX graph the zoo applies to its files: int8 embedding tables, int32 biases for onnxruntime's
 fused int8 kernels, Gemm as MatMul for dynamic quantization, the exporter's debug metadata dropped, nodes in
-topological order."""
+topological order; and the one walk over a model's graphs, subgraphs and functions included (strip_debug_info,
+zoo.evaluate's op types)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
 
 def graphs_of(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
     """The model's graph, its functions and every subgraph under them (If, Loop, Scan bodies)."""
