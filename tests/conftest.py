@@ -67,11 +67,11 @@ LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_famili
 
 # `make test` (ci/test.sh) runs pytest three times (PARTS): `--part shared` (the single-process majority, three workers
 # side by side: many wait part of the time on a server, a browser or a timeout), then `--part ranks` (the tests that
-# hold both CPUs for several busy processes) and, beside both at idle priority (SCHED_IDLE: a CPU no other test
-# wants), `--part beside`: single-process tests that only compute (builds, rebuilds, training runs; no server, no
-# deadline a starved minute could miss), which fill the seconds the other parts leave a CPU idle. In one mixed run a
-# test that wants both CPUs waits, one CPU idle, for the other worker's current test to end: 663 worker-seconds of a
-# 2,149-second run on 2026-12-05 (AMD EPYC, AVX2). A test is
+# hold both CPUs for several busy processes) and, beside both in the background (niceness 19: a CPU the other parts
+# leave; ci/test.sh runs validation below it), `--part beside`: single-process tests that only compute (builds,
+# rebuilds, training runs; no server, no deadline a starved minute could miss), which fill the seconds the other parts
+# leave a CPU idle. In one mixed run a test that wants both CPUs waits, one CPU idle, for the other worker's current
+# test to end: 663 worker-seconds of a 2,149-second run on 2026-12-05 (AMD EPYC, AVX2). A test is
 # `ranks` when it asks for the whole_machine fixture (directly or through a fixture) or carries @pytest.mark.ranks
 # (it takes tests/helpers.py all_cpus() itself); a test that held both CPUs without it is named at the end of the run
 # (it still runs correctly, only less packed).

@@ -4,6 +4,7 @@ The bottom of the measuring stack: it knows ONNX files and arrays, not cards, st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -48,8 +49,15 @@ BATCH_DEPENDENT_OPS = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul", "Dynami
 
 
 def batch_size_for(path: Path) -> int:
-    """`predict`'s batch for a file: DYNAMIC_BATCH where its outputs depend on the batch, else BATCH."""
-    return DYNAMIC_BATCH if op_types(onnx.load(str(path))) & BATCH_DEPENDENT_OPS else BATCH
+    """`predict`'s batch for a file: DYNAMIC_BATCH where its outputs depend on the batch, else BATCH. Read once per
+    version of the file (validation predicts one file several times; a BERT file takes 0.1 s to parse)."""
+    stat = Path(path).stat()
+    return _batch_size_of(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_size_of(path: str, size: int, mtime_ns: int) -> int:  # size and mtime: a rewritten file is read again
+    return DYNAMIC_BATCH if op_types(onnx.load(path)) & BATCH_DEPENDENT_OPS else BATCH
 
 
 def predict(path: Path, x: np.ndarray, batch_size: int | None = None, threads: int = 1) -> np.ndarray:
