@@ -59,8 +59,9 @@ def pytest_unconfigure(config):
 # The files that take longest first (CPU seconds per part at 47f702e, AMD EPYC AVX2): pytest-xdist hands whole files
 # to the workers in this order (`make test` passes --no-loadscope-reorder), so the long ones overlap and the short
 # ones fill the end of each part instead of one long file running alone at the end. test_parallel leads the ranks
-# part; the single-process part starts with the files that hold most of its work.
-LONGEST_FIRST = ["test_parallel", "test_validate", "test_ondevice", "test_families", "test_federated", "test_hostile",
+# part; the single-process part starts with the files that hold most of its work (test_federated: its Flower
+# deployments wait minutes on round timeouts, while the other workers go on).
+LONGEST_FIRST = ["test_parallel", "test_federated", "test_validate", "test_ondevice", "test_families", "test_hostile",
                  "test_rebuild", "test_mlflow", "test_training", "test_reproducible", "test_catalog", "test_units",
                  "test_store", "test_docs", "test_repo_store", "test_data", "test_entries"]
 
@@ -163,7 +164,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 @pytest.fixture
 def whole_machine():
-    """Both CPUs for the whole test (several busy processes: torchrun ranks, a Flower deployment); tests/helpers.py."""
+    """Both CPUs for the whole test (several busy processes at once: torchrun ranks, horovodrun); tests/helpers.py."""
     with all_cpus():
         yield
 

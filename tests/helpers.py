@@ -99,8 +99,9 @@ def write_entry(entries: Path, name: str, n_in: int = 8, seed: int = 0, accuracy
 
 # CPU leases. `make test` runs pytest-xdist workers on two cores (three in its single-process part, two in the others);
 # every test holds a shared lease on the CPUs (tests/conftest.py), and whatever starts several busy processes at once
-# (torchrun ranks, `zoo build`, a Flower deployment) trades it for an exclusive one while it runs: those processes never
-# share the cores with another test's, and the other workers go on with single-process tests the rest of the time.
+# (torchrun ranks, `zoo build`, horovodrun) trades it for an exclusive one while it runs: those processes never share
+# the cores with another test's, and the other workers go on with single-process tests the rest of the time. A local
+# Flower deployment keeps the shared lease: its processes take turns and mostly wait (tests/test_federated.py).
 # The turnstile keeps an exclusive request from being starved by a stream of shared ones. Without xdist nothing waits.
 # Seconds this process spent waiting for a lease and holding both CPUs (tests/conftest.py reports them per file: the
 # held seconds of all files run one after another, whatever the other worker has to do).
