@@ -26,7 +26,7 @@ from zoo.train.launch import root_failure
 from zoo.train.schedule import LENGTH_GROUP_BATCHES, BatchPlan, Phase, lr_at
 from zoo.variants.checks import Row, summary_line
 
-from tests.helpers import fresh_python
+from tests.helpers import REPO, fresh_python
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
@@ -510,3 +510,14 @@ assert wall_limit(0.5) is None
 assert subprocess.run(sleep, timeout=wall_limit(0.5)).returncode == 0
 """
     fresh_python(script)
+
+
+def test_make_test_runs_every_part_of_the_suite():
+    """ci/test.sh runs pytest once per part (tests/conftest.py PARTS, whose markers share every test among them): a part
+    it left out would leave its tests unrun without a word, a part conftest does not know would fail at once."""
+    from tests.conftest import PARTS
+
+    runs = [line.split(" #")[0] for line in (REPO / "ci" / "test.sh").read_text().splitlines()
+            if '"${PYTEST[@]}"' in line and not line.lstrip().startswith("#")]  # the lines that run pytest
+    run = [part for line in runs for part in re.findall(r"--part (\w+)", line)]
+    assert sorted(run) == sorted(PARTS), run
