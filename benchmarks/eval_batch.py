@@ -63,10 +63,10 @@ def measure(name: str, rounds: int) -> list[dict]:
 
 
 def render(result: dict) -> str:
+    passes = f"the median of {result['rounds']} passes each" if result["rounds"] > 1 else "one pass each"
     lines = [f"# Rows a prediction batch, zoo.evaluate.predict ({cpu_kind(result['cpu'])}, 1 onnxruntime thread)", "",
              f"Each file's whole test split predicted at {result['before']} rows a batch and at {result['after']}, "
-             f"alternating, " + (f"the median of {result['rounds']} passes each" if result["rounds"] > 1 else "one pass each") +
-             ": CPU-seconds of one pass.", "",
+             f"alternating, {passes}: CPU-seconds of one pass.", "",
              f"| entry | variant | examples | CPU s at {result['before']} | CPU s at {result['after']} | ratio | same logits |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for r in result["rows"]:
