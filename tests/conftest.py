@@ -68,7 +68,7 @@ LONGEST_FIRST = ["test_parallel", "test_federated", "test_validate", "test_ondev
 
 # `make test` (ci/test.sh) runs pytest three times (PARTS): `--part shared` (the single-process majority, three workers
 # side by side: many wait part of the time on a server, a browser or a timeout), then `--part ranks` (the tests that
-# hold both CPUs for several busy processes) and, beside both in the background (niceness 19: a CPU the other parts
+# hold both CPUs for several busy processes) and, beside both in the background (idle priority: a CPU the other parts
 # leave; ci/test.sh runs validation below it), `--part beside`: single-process tests that only compute (builds,
 # rebuilds, training runs; no server, no deadline a starved minute could miss), which fill the seconds the other parts
 # leave a CPU idle. In one mixed run a test that wants both CPUs waits, one CPU idle, for the other worker's current

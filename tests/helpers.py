@@ -160,8 +160,8 @@ def all_cpus():
 
 
 def background() -> bool:
-    """Whether this process runs at a background priority: idle (SCHED_IDLE, as `make test` runs validation) or the
-    lowest niceness, 19 (its beside part): the kernel gives it a CPU only when the tests at normal priority leave
+    """Whether this process runs at a background priority: idle (SCHED_IDLE, as `make test` runs its beside part and
+    validation) or the lowest niceness, 19: the kernel gives it a CPU only when the tests at normal priority leave
     one, and it may wait minutes at a time."""
     return os.sched_getscheduler(0) == os.SCHED_IDLE or os.getpriority(os.PRIO_PROCESS, 0) >= 19
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -487,7 +491,7 @@ def test_a_deepspeed_rank_imports_deepspeed_without_mlflow():
 
 
 def test_a_child_at_idle_priority_outlives_its_wall_clock_limit():
-    """make test's beside part runs at niceness 19 and validation at idle priority (ci/test.sh), where a child may
+    """make test's beside part and validation run at idle priority (ci/test.sh; niceness 19 is as low), where a child may
     wait minutes for a CPU with its work done: a wall-clock limit there killed a finished training run (CI at
     29b0fd1). tests.helpers.wall_limit lifts it at those background priorities only; pytest's own limit per test
     still catches hangs."""
@@ -503,7 +507,7 @@ except subprocess.TimeoutExpired:
     pass
 os.setpriority(os.PRIO_PROCESS, 0, 18)
 assert wall_limit(0.5) == 0.5
-os.setpriority(os.PRIO_PROCESS, 0, 19)  # the beside part's niceness
+os.setpriority(os.PRIO_PROCESS, 0, 19)  # the lowest niceness
 assert wall_limit(0.5) is None
 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 assert wall_limit(0.5) is None
@@ -511,6 +515,43 @@ assert subprocess.run(sleep, timeout=wall_limit(0.5)).returncode == 0
 """
     fresh_python(script)
 
+
+
+def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its_own(tmp_path):
+    """zoo.processes.keep_background_priority: torchrun starts each rank in a session of its own (horovodrun through
+    `sh -c`), which Linux's autogroups schedule as a group of its own at niceness 0, whatever the rank's niceness. A
+    rank at a background priority that owns its session gives the session's group its niceness; a rank at normal
+    priority, or in its caller's session (here: the test's), leaves the group as it was."""
+    if not Path("/proc/self/autogroup").exists():  # a kernel without autogroups: nothing to keep, nothing may fail
+        from zoo.processes import keep_background_priority
+
+        keep_background_priority()
+        return
+    rank = tmp_path / "rank.py"
+    rank.write_text("import os, sys\nfrom zoo.processes import keep_background_priority\n"
+                    "os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[1]))\n"
+                    "if sys.argv[2:] == ['idle']:\n    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+                    "keep_background_priority()\nprint(open('/proc/self/autogroup').read().split()[-1])\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def group_niceness(*args: str, new_session: bool = True, **extra: str) -> str:
+        result = subprocess.run([sys.executable, str(rank), *args], capture_output=True, text=True, timeout=120,
+                                env={**env, **extra}, start_new_session=new_session, check=True)
+        return result.stdout.strip()
+
+    own = Path("/proc/self/autogroup").read_text()
+    assert group_niceness("19") == "19"  # torchrun's rank under `nice -n 19`
+    assert group_niceness("0", "idle") == "19"  # under `chrt --idle 0`: the lowest niceness
+    assert group_niceness("7") == "7"
+    assert group_niceness("0") == "0"  # in the foreground: as it was
+    assert group_niceness("19", new_session=False) == own.split()[-1]  # the test's session is not the rank's
+    assert group_niceness("19", new_session=False, HOROVOD_RANK="0") == own.split()[-1]
+    assert Path("/proc/self/autogroup").read_text() == own
+    # horovodrun's rank: a session started above `sh -c`, which runs the rank as a child
+    shell = f"{sys.executable} {rank} 19; true"  # `; true`: the shell stays, the rank its child
+    result = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=120, check=True,
+                            env={**env, "HOROVOD_RANK": "0"}, start_new_session=True)
+    assert result.stdout.strip() == "19"
 
 def test_make_test_runs_every_part_of_the_suite():
     """ci/test.sh runs pytest once per part (tests/conftest.py PARTS, whose markers share every test among them): a part

@@ -9,12 +9,14 @@ import os
 import sys
 from pkgutil import resolve_name
 
+from zoo.processes import keep_background_priority
 from zoo.train.arguments import parse_args
 
 
 def run_launcher(launcher: str, init: str | None = None) -> None:
     """`init` ("module:function", Horovod's) joins the job; its module is imported only then."""
     args = parse_args()
+    keep_background_priority()  # before the imports: a background rank's are background work too
     from zoo.train.launch import launch  # lazy: torch and the trainer, once the arguments parse
 
     # What the imports made (torch's modules, functions and tables: ~200,000 objects, a full collection ~0.1 s) lives
