@@ -7,13 +7,13 @@
 #   and, beside both in the background, the single-process tests that only compute (--part beside: builds, rebuilds,
 #   training runs). All share one prepared-data cache and one folder of what tests make once; the quick entries'
 #   builds (both CPUs) and every dataset are made first (tests/helpers.py made_first), so no worker waits for them.
-# - The beside part and validation run in the background, each in a session of its own, their output in
-#   build/test-beside.log and build/validation/validation.log, printed when they end. The other parts leave a CPU idle
-#   for seconds at a time (a rank 0 exporting while the others wait, a server waiting out a timeout, the test's own
-#   checks, a worker's last file): background work fills those gaps instead of running alone afterwards. Both at idle
-#   priority (SCHED_IDLE: a test's process that wakes takes the CPU at once), each session's scheduling group at a
-#   low niceness: the beside part's 10 (weight 110), validation's 19 (weight 15), so the tests end first and the
-#   beside part takes most of what they leave.
+# - The beside part and validation run in the background, one after the other, each in a session of its own, their
+#   output in build/test-beside.log and build/validation/validation.log, printed when they end. The other parts leave a
+#   CPU idle for seconds at a time (a rank 0 exporting while the others wait, a server waiting out a timeout, the
+#   test's own checks, a worker's last file): background work fills those gaps instead of running alone afterwards.
+#   Both at idle priority (SCHED_IDLE: a test's process that wakes takes the CPU at once), each session's scheduling
+#   group at the lowest niceness (weight 15 against a test's 1,024), so the tests end first; validation starts when
+#   the beside part ends, so the gaps go to the tests of pytest first.
 # Exit status: non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,29 +45,30 @@ mkdir -p "$ZOO_DATA_DIR" "$ZOO_TEST_SHARED" "$(dirname "$LOG")"
 "$BIN/python" -m tests.helpers
 shared=$?
 made=$(date +%s)
-echo "the beside tests and validation: running in the background (pytest --part beside and ci/validate.sh at idle" \
-  "priority, in sessions of their own at niceness 10 and 19; their output: $BESIDE_LOG, $LOG, printed when they end)"
+echo "the beside tests, then validation: running in the background (pytest --part beside, then ci/validate.sh, at" \
+  "idle priority in sessions of their own at niceness 19; their output: $BESIDE_LOG, $LOG, printed when they end)"
 # Linux's autogroups schedule each session as one group and give every group an equal share of the CPUs, whatever its
 # processes' priority; torchrun and horovodrun start each rank in a session of its own. In the tests' own session the
 # background parts took that session's share while its pytest workers waited on two ranks: the support matrix's
-# DeepSpeed, DDP, FSDP and Horovod tests took 130-138 s beside them against 80-96 s alone, and 104-108 s with each
-# part in a session of its own at a low niceness (2026-12-07). A background build's ranks give their own sessions
-# the niceness they inherit (zoo.processes keep_background_priority). A part's session leader is its process group
-# too (pgid = its pid: stop_idle_parts). The beside part's timeout per test is longer: in the background a test may
-# wait minutes for a CPU (the timeout catches hangs).
-in_background() {  # in_background NICENESS LOG COMMAND...: at idle priority, in a session of its own at NICENESS
-  local niceness=$1 log=$2
-  shift 2
+# DeepSpeed, DDP, FSDP and Horovod tests took 130-138 s beside them against 80-96 s alone, and 104-105 s with each
+# part at idle priority in a session of its own at niceness 19 (2026-12-07). A background build's ranks give their
+# own sessions the niceness they inherit (zoo.processes keep_background_priority). A part's session leader is its
+# process group too (pgid = its pid: stop_idle_parts). The beside part's timeout per test is longer: in the
+# background a test may wait minutes for a CPU (the timeout catches hangs).
+in_background() {  # in_background LOG COMMAND...: at idle priority, in a session of its own at the lowest niceness
+  local log=$1
+  shift
   # setsid and chrt: util-linux, in every Debian and Ubuntu base system; no autogroups (no such file): as it is
-  setsid bash -c 'echo "$0" 2> /dev/null > /proc/self/autogroup; exec chrt --idle 0 "$@"' "$niceness" "$@" \
+  setsid bash -c 'echo 19 2> /dev/null > /proc/self/autogroup; exec chrt --idle 0 "$@"' in_background "$@" \
     > "$log" 2>&1 &
 }
-in_background 19 "$LOG" bash ci/validate.sh
-validation_pid=$!
 if [ "$shared" -eq 0 ]; then
-  in_background 10 "$BESIDE_LOG" "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside
+  in_background "$BESIDE_LOG" "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside
   beside_pid=$!
 fi
+# validation once the beside part has ended (tail --pid: GNU coreutils; it checks once a second)
+in_background "$LOG" bash -c '[ -z "$0" ] || tail --pid="$0" -f /dev/null; exec bash ci/validate.sh' "$beside_pid"
+validation_pid=$!
 if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" -n 3 --durations=25 --part shared; shared=$?; fi
 half=$(date +%s)
 "${PYTEST[@]}" -n 2 --durations=15 --part ranks
