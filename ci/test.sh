@@ -55,19 +55,19 @@ echo "the beside tests, then validation: running in the background (pytest --par
 # own sessions the niceness they inherit (zoo.processes keep_background_priority). A part's session leader is its
 # process group too (pgid = its pid: stop_idle_parts). The beside part's timeout per test is longer: in the
 # background a test may wait minutes for a CPU (the timeout catches hangs).
-in_background() {  # in_background NICENESS LOG COMMAND...: at idle priority, in a session of its own at NICENESS
-  local niceness=$1 log=$2
-  shift 2
+in_background() {  # in_background LOG COMMAND...: at idle priority, in a session of its own at the lowest niceness
+  local log=$1
+  shift
   # setsid and chrt: util-linux, in every Debian and Ubuntu base system; no autogroups (no such file): as it is
-  setsid bash -c 'echo "$0" 2> /dev/null > /proc/self/autogroup; exec chrt --idle 0 "$@"' "$niceness" "$@" \
+  setsid bash -c 'echo 19 2> /dev/null > /proc/self/autogroup; exec chrt --idle 0 "$@"' in_background "$@" \
     > "$log" 2>&1 &
 }
 if [ "$shared" -eq 0 ]; then
-  in_background 10 "$BESIDE_LOG" "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside
+  in_background "$BESIDE_LOG" "${PYTEST[@]}" -n 2 --durations=10 --timeout 2700 --part beside
   beside_pid=$!
 fi
 # validation once the beside part has ended (tail --pid: GNU coreutils; it checks once a second)
-in_background 19 "$LOG" bash -c '[ -z "$0" ] || tail --pid="$0" -f /dev/null; exec bash ci/validate.sh' "$beside_pid"
+in_background "$LOG" bash -c '[ -z "$0" ] || tail --pid="$0" -f /dev/null; exec bash ci/validate.sh' "$beside_pid"
 validation_pid=$!
 if [ "$shared" -eq 0 ]; then "${PYTEST[@]}" -n 3 --durations=25 --part shared; shared=$?; fi
 half=$(date +%s)
