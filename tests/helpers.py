@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo import catalog
 from zoo.pointer import pointer_for
+from zoo.processes import LOWEST_NICENESS, background_niceness
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,7 +164,7 @@ def background() -> bool:
     """Whether this process runs at a background priority: idle (SCHED_IDLE, as `make test` runs its beside part and
     validation) or the lowest niceness, 19: the kernel gives it a CPU only when the tests at normal priority leave
     one, and it may wait minutes at a time."""
-    return os.sched_getscheduler(0) == os.SCHED_IDLE or os.getpriority(os.PRIO_PROCESS, 0) >= 19
+    return background_niceness() >= LOWEST_NICENESS  # zoo.processes: idle priority counts as the lowest niceness
 
 
 def wall_limit(seconds: float) -> float | None:

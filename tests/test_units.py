@@ -516,7 +516,6 @@ assert subprocess.run(sleep, timeout=wall_limit(0.5)).returncode == 0
     fresh_python(script)
 
 
-
 def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its_own(tmp_path):
     """zoo.processes.keep_background_priority: torchrun starts each rank in a session of its own (horovodrun through
     `sh -c`), which Linux's autogroups schedule as a group of its own at niceness 0, whatever the rank's niceness. A
@@ -552,6 +551,7 @@ def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its
     result = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=120, check=True,
                             env={**env, "HOROVOD_RANK": "0"}, start_new_session=True)
     assert result.stdout.strip() == "19"
+
 
 def test_make_test_runs_every_part_of_the_suite():
     """ci/test.sh runs pytest once per part (tests/conftest.py PARTS, whose markers share every test among them): a part
