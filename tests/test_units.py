@@ -530,27 +530,32 @@ def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its
     rank.write_text("import os, sys\nfrom zoo.processes import keep_background_priority\n"
                     "os.setpriority(os.PRIO_PROCESS, 0, int(sys.argv[1]))\n"
                     "if sys.argv[2:] == ['idle']:\n    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-                    "keep_background_priority()\nprint(open('/proc/self/autogroup').read().split()[-1])\n")
+                    "keep_background_priority()\nprint(open('/proc/self/autogroup').read().strip())\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    def group_niceness(*args: str, new_session: bool = True, **extra: str) -> str:
+    def group(*args: str, new_session: bool = True, **extra: str) -> str:
+        """The rank's /proc/self/autogroup: "/autogroup-ID nice N"; empty in the boot session's group (the root one:
+        a test run whose processes never started a session of their own, as in a container's init)."""
         result = subprocess.run([sys.executable, str(rank), *args], capture_output=True, text=True, timeout=120,
                                 env={**env, **extra}, start_new_session=new_session, check=True)
         return result.stdout.strip()
 
-    own = Path("/proc/self/autogroup").read_text()
+    def group_niceness(*args: str) -> str:
+        return group(*args).split()[-1]  # a new session always has a group of its own, with a niceness
+
+    own = Path("/proc/self/autogroup").read_text().strip()
     assert group_niceness("19") == "19"  # torchrun's rank under `nice -n 19`
     assert group_niceness("0", "idle") == "19"  # under `chrt --idle 0`: the lowest niceness
     assert group_niceness("7") == "7"
     assert group_niceness("0") == "0"  # in the foreground: as it was
-    assert group_niceness("19", new_session=False) == own.split()[-1]  # the test's session is not the rank's
-    assert group_niceness("19", new_session=False, HOROVOD_RANK="0") == own.split()[-1]
-    assert Path("/proc/self/autogroup").read_text() == own
+    assert group("19", new_session=False) == own  # the test's session is not the rank's: its group as it was
+    assert group("19", new_session=False, HOROVOD_RANK="0") == own
+    assert Path("/proc/self/autogroup").read_text().strip() == own
     # horovodrun's rank: a session started above `sh -c`, which runs the rank as a child
     shell = f"{sys.executable} {rank} 19; true"  # `; true`: the shell stays, the rank its child
     result = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=120, check=True,
                             env={**env, "HOROVOD_RANK": "0"}, start_new_session=True)
-    assert result.stdout.strip() == "19"
+    assert result.stdout.strip().split()[-1] == "19"
 
 
 def test_make_test_runs_every_part_of_the_suite():

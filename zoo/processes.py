@@ -79,7 +79,8 @@ def own_session() -> bool:
     session = os.getsid(0)
     if session == os.getpid():
         return True
-    return "HOROVOD_RANK" in os.environ and session in (os.getppid(), _parent_of(os.getppid()))
+    # session 0: its leader is outside this PID namespace (a container's runtime), never a launcher's
+    return "HOROVOD_RANK" in os.environ and session > 0 and session in (os.getppid(), _parent_of(os.getppid()))
 
 
 def keep_background_priority() -> None:
