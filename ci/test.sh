@@ -30,6 +30,8 @@ BESIDE_LOG=build/test-beside.log
 cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6; exit}' /proc/stat; }
 read -r busy_start idle_start < <(cpu_ticks)
 start=$(date +%s)
+# the machine the times below were measured on (its CPU and the int8 kernels' instructions: zoo.provenance)
+machine="$("$BIN/python" -c 'from zoo.provenance import cpu_info, cpu_kind; print(cpu_kind(cpu_info()))'), $(nproc) CPUs"
 shared_dir=$(mktemp -d -t zoo-test-XXXXXX)
 validation_pid="" beside_pid=""
 stop_idle_parts() {
@@ -89,7 +91,7 @@ cat "$LOG"
 cpu_seconds=$(awk 'NR == 2 {for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s += t[1] * 60 + t[2]}}
                    END {printf "%d", s}' "$shared_dir/times")
 busy=$((busy_end - busy_start)) idle=$((idle_end - idle_start))
-echo "make test: $((end - start)) s wall (the first $((made - start)) s the quick entries' builds; pytest" \
+echo "make test: $((end - start)) s wall on $machine (the first $((made - start)) s the quick entries' builds; pytest" \
   "$((half - made)) s single-process tests, exit $shared, then $((mid - half)) s tests that hold both CPUs, exit" \
   "$ranks; beside them in the background: the beside tests (their own time on their last line above), their last" \
   "$((beside_end - mid)) s after the others, exit $beside; validation, its last $((end - beside_end)) s after the" \
