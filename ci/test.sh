@@ -99,4 +99,7 @@ echo "make test: $((end - start)) s wall on $machine (the first $((made - start)
 echo "make test: $cpu_seconds CPU-seconds (user and system time of the processes it started, as their parents" \
   "waited for them); the machine's CPUs $((100 * busy / (busy + idle > 0 ? busy + idle : 1)))% busy over the run," \
   "$(((idle + 50) / $(getconf CLK_TCK))) CPU-seconds idle"
+minutes() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
+echo "make test: pytest $(minutes $((beside_end - start))) (the builds it needs first, then its three parts), then" \
+  "validation's last $(minutes $((end - beside_end))); $(minutes $((end - start))) in all"
 [ "$shared" -eq 0 ] && [ "$ranks" -eq 0 ] && [ "$beside" -eq 0 ] && [ "$validation" -eq 0 ]
