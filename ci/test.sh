@@ -30,8 +30,10 @@ BESIDE_LOG=build/test-beside.log
 cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $5 + $6; exit}' /proc/stat; }
 read -r busy_start idle_start < <(cpu_ticks)
 start=$(date +%s)
-# the machine the times below were measured on (its CPU and the int8 kernels' instructions: zoo.provenance)
-machine="$("$BIN/python" -c 'from zoo.provenance import cpu_info, cpu_kind; print(cpu_kind(cpu_info()))'), $(nproc) CPUs"
+# the machine the times below were measured on: its CPU, the int8 kernels' instructions (zoo.provenance) and the CPUs
+# this run may use (not nproc's count, which follows the OMP_NUM_THREADS=1 the Makefile exports)
+machine=$("$BIN/python" -c 'import os; from zoo.provenance import cpu_info, cpu_kind
+print(f"{cpu_kind(cpu_info())}, {len(os.sched_getaffinity(0))} CPUs")')
 shared_dir=$(mktemp -d -t zoo-test-XXXXXX)
 validation_pid="" beside_pid=""
 stop_idle_parts() {
