@@ -540,8 +540,11 @@ def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its
                                 env={**env, **extra}, start_new_session=new_session, check=True)
         return result.stdout.strip()
 
+    def niceness(line: str) -> str:
+        return line.split()[-1]  # a new session always has a group of its own, with a niceness
+
     def group_niceness(*args: str) -> str:
-        return group(*args).split()[-1]  # a new session always has a group of its own, with a niceness
+        return niceness(group(*args))
 
     own = Path("/proc/self/autogroup").read_text().strip()
     assert group_niceness("19") == "19"  # torchrun's rank under `nice -n 19`
@@ -555,7 +558,7 @@ def test_a_rank_started_in_the_background_keeps_its_priority_in_a_session_of_its
     shell = f"{sys.executable} {rank} 19; true"  # `; true`: the shell stays, the rank its child
     result = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=120, check=True,
                             env={**env, "HOROVOD_RANK": "0"}, start_new_session=True)
-    assert result.stdout.strip().split()[-1] == "19"
+    assert niceness(result.stdout) == "19"
 
 
 def test_make_test_runs_every_part_of_the_suite():
