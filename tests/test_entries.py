@@ -119,6 +119,9 @@ def test_build_writes_measured_card(tmp_path):
     assert len(runs) == 1 and None not in runs  # one training run made them all
     run = client.get_run(runs.pop())
     assert run.data.params["recipe.name"] == "quick" and run.data.metrics["onnx/int8-qat/accuracy"] > 0.5
+    # its files beside the store, in the build's $ZOO_HOME: not ./mlruns of the checkout the build ran in
+    assert run.info.artifact_uri.startswith((shared_digits_entry() / "home" / "mlartifacts").as_uri() + "/")
+    assert {"model.onnx", "summary.json"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
     aliases = client.get_registered_model("zoo.quick-digits").aliases
     assert set(aliases) == set(onnx_models) | {"fastest"}
 

@@ -16,7 +16,8 @@ from tests.helpers import zoo_cli
 from tests.test_training import train
 from zoo import catalog
 from zoo.ort import ort
-from zoo.registry import SHA_TAG, model_name, reference_data
+from zoo.pointer import sha256_file
+from zoo.registry import EXPERIMENT, SHA_TAG, model_name, reference_data
 from zoo.store.fetch import fetch
 
 ENTRIES = ("digits-cnn", "bert-tiny")  # a CNN and a BERT entry of the catalog, from the repository's store
@@ -117,6 +118,22 @@ def test_register_refuses_what_it_cannot_register(tmp_path):
                          env={"ZOO_HOME": str(tmp_path / "home")})
         assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.db").exists()  # no store made
+
+
+def test_a_local_store_keeps_the_registered_files_beside_it(tmp_path):
+    """An sqlite store's experiments keep their files beside the database (zoo.train.tracking artifact_location; the
+    default store's are in $ZOO_HOME/mlartifacts): never in ./mlruns of whichever folder the command ran in."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path / "store" / "r.db"
+    db.parent.mkdir()
+    result = zoo_cli("register", "digits-cnn", "--variant", "fp32", "--tracking-uri", f"sqlite:///{db}",
+                     env={"ZOO_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr
+    experiment = MlflowClient(f"sqlite:///{db}").get_experiment_by_name(EXPERIMENT)
+    assert experiment.artifact_location == (db.parent / "mlartifacts").as_uri()
+    files = sorted((db.parent / "mlartifacts").rglob("*.onnx"))
+    assert [sha256_file(f) for f in files] == [catalog.get_card("digits-cnn").variants["fp32"].sha256]
 
 
 @pytest.mark.ranks  # it takes both CPUs itself (tests/helpers.py all_cpus)

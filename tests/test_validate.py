@@ -192,8 +192,13 @@ def test_without_store_rebuilds_or_reports_skip(published, tmp_path):
 @pytest.mark.beside
 def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     """`zoo reproduce` (and validation's reproduce rows): the card's commit rebuilt in a temporary worktree gives
-    every file's sha256, full, and the same bytes on the same machine."""
+    every file's sha256, full, and the same bytes on the same machine; the temporary worktrees leave nothing behind
+    (the first rebuild once made the tracking store's experiment with its files in its worktree, deleted after it:
+    the second rebuild's run wrote them there again)."""
     env, _ = _copy(published, tmp_path)
+    scratch = tmp_path / "scratch"  # the commands' temporary folders
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     result = zoo_cli("validate", "--json", "--reproduce-budget", "100000", env=env, timeout=900)
     if not load_card(tmp_path / "entries" / "quick-digits" / "card.yaml").training.reproducible:
         # a work-in-progress tree (never CI's clean clone): the build was recorded as not reproducible, and says so
@@ -212,6 +217,7 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     cli = zoo_cli("reproduce", "quick-digits", env=env, timeout=900)
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert f"card    {card.variants['fp32'].sha256}" in cli.stdout and f"rebuilt {card.variants['fp32'].sha256}" in cli.stdout
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("zoo-")] == []  # torchrun's own logs aside
 
 
 def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(published, tmp_path):

@@ -30,7 +30,7 @@ from zoo.errors import ZooError
 from zoo.metrics import wilson_interval
 from zoo.store.fetch import fetch, fetch_object
 from zoo.pointer import pointer_for, read_pointer, sha256_file
-from zoo.train.tracking import default_tracking_uri
+from zoo.train.tracking import default_tracking_uri, experiment_id
 from zoo.variants.checks import load_test_sets
 from zoo.kinds import kind_of
 
@@ -131,7 +131,7 @@ def register(name: str, tracking_uri: str | None = None, variants: list[str] | N
                     for package in ("onnx", "onnxruntime")]
     results = []
     if run_id is None:  # no training run: the logged models live in the registry's own experiment
-        mlflow.set_experiment(EXPERIMENT)
+        mlflow.set_experiment(experiment_id=experiment_id(client, uri, EXPERIMENT))
     for key in chosen:
         sha = card.variants[key].sha256
         existing = by_sha.get(sha)

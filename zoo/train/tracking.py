@@ -1,7 +1,8 @@
 """MLflow tracking, rank 0 only (other ranks never import mlflow).
 
 Default store: an sqlite database under $ZOO_HOME (MLflow's own default is ./mlflow.db in whatever
-directory you happen to be in). Metrics are buffered and sent with log_batch (one call per flush).
+directory you happen to be in), its experiments' files beside it (`artifact_location`). Metrics are buffered and sent
+with log_batch (one call per flush).
 """
 
 from __future__ import annotations
@@ -17,6 +18,38 @@ def default_tracking_uri() -> str:
     home = zoo_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def artifact_location(uri: str) -> str | None:
+    """Where a new experiment of the store at `uri` keeps its runs' files: beside a local sqlite database (for the
+    default store, $ZOO_HOME/mlartifacts). MLflow's own default is ./mlruns of whichever folder the experiment happened
+    to be created in, recorded for good: the checkout a build runs in, or the temporary worktree `zoo reproduce`
+    deletes after its build, which every later run of that experiment then wrote into again. None: the store decides
+    (an MLflow server's artifact root, a file store's own folder)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url  # lazy: an MLflow dependency, only where tracking is on
+
+    database = make_url(uri).database
+    if not database or database == ":memory:":
+        return None
+    return (Path(database).resolve().parent / "mlartifacts").as_uri()
+
+
+def experiment_id(client, uri: str, name: str) -> str:
+    """The experiment `name` of the store at `uri`, made (with its files at `artifact_location`) when missing."""
+    from mlflow.exceptions import MlflowException  # lazy: only where tracking is on
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location(uri))
+    except MlflowException:  # another process made it first
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
@@ -49,9 +82,8 @@ class Tracker:
         self.uri = uri or default_tracking_uri()
         mlflow.set_tracking_uri(self.uri)
         self.client = MlflowClient(self.uri)
-        experiment_obj = self.client.get_experiment_by_name(experiment)
-        experiment_id = experiment_obj.experiment_id if experiment_obj else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.run_id = self.client.create_run(experiment_id(self.client, self.uri, experiment),
+                                             run_name=run_name).info.run_id
 
         flat = _flatten(params)
         self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in sorted(flat.items())])
