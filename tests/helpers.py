@@ -224,6 +224,22 @@ def zoo_cli(*args: str, env: dict | None = None, check: bool = False, timeout: f
     return result
 
 
+def stopped_by_sigterm(process: subprocess.Popen, ready, what: str, wait_s: float = 180) -> str:
+    """Send SIGTERM to `process` once `ready()` holds (`what` names that moment for the failure message) and return
+    its stderr; a process still running after that is killed."""
+    try:
+        deadline = time.monotonic() + wait_s
+        while not ready() and process.poll() is None:
+            assert time.monotonic() < deadline, f"{what}: not within {wait_s:.0f} s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        return process.communicate(timeout=120)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 import yaml
 
 from tests.helpers import (REPO, all_cpus, build_flags, catalog_env, copy_of, quick_recipe, run_use_it,
-                           shared_digits_entry, zoo_cli)
+                           shared_digits_entry, stopped_by_sigterm, zoo_cli)
 from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.provenance import current_versions
@@ -211,19 +209,16 @@ def test_a_build_stopped_by_sigterm_stops_its_ranks_and_keeps_nothing(tmp_path):
         build = subprocess.Popen([sys.executable, "-m", "zoo.cli", "build", "long", *build_flags()], cwd=REPO,
                                  env={**os.environ, **catalog_env(tmp_path), "TMPDIR": str(tmp)},
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 180
-            while not list(tmp.glob("zoo-build-long-*/run/checkpoints")) and build.poll() is None:
-                assert time.monotonic() < deadline, "the ranks wrote no checkpoint in 180 s"
-                time.sleep(0.5)
-            running = build_processes()
-            assert len(running) >= 3, running  # torchrun and two ranks, training
-            build.send_signal(signal.SIGTERM)
-            out, err = build.communicate(timeout=120)
-        finally:
-            if build.poll() is None:
-                build.kill()
-                build.wait()
+        running = []
+
+        def training() -> bool:  # torchrun and two ranks, training: seen before the signal
+            if list(tmp.glob("zoo-build-long-*/run/checkpoints")):
+                running.extend(build_processes())
+                assert len(running) >= 3, running
+                return True
+            return False
+
+        err = stopped_by_sigterm(build, training, "the ranks wrote no checkpoint")
     lines = err.strip().splitlines()
     assert build.returncode == 143, err[-2000:]
     assert lines[-1] == ("error: building 'long' stopped: zoo received SIGTERM and passed it on to `torchrun`, which "

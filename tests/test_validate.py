@@ -4,13 +4,15 @@ only the primaries serves every variant (derived ones made from fp32 and checked
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
 
-from tests.helpers import copy_of, shared_digits_entry, zoo_cli
+from tests.helpers import REPO, copy_of, shared_digits_entry, stopped_by_sigterm, zoo_cli
 from zoo import catalog, docs
 from zoo.cards import load_card
 from zoo.evaluate import INT8_KERNELS, kernel_types
@@ -218,6 +220,23 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert f"card    {card.variants['fp32'].sha256}" in cli.stdout and f"rebuilt {card.variants['fp32'].sha256}" in cli.stdout
     assert [p.name for p in scratch.iterdir() if p.name.startswith("zoo-")] == []  # torchrun's own logs aside
+
+
+def test_validation_stopped_by_sigterm_says_so_and_leaves_nothing_behind(published, tmp_path):
+    """`kill` (SIGTERM) sent to `zoo validate` while it checks an entry: one line, exit 143, and its scratch folder (a
+    fetched copy of each entry: hundreds of MB for the catalog) removed, as after Ctrl-C. Python's default SIGTERM
+    ended it at once and left the folder behind."""
+    env, _ = _copy(published, tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    validation = subprocess.Popen([sys.executable, "-m", "zoo.cli", "validate"], cwd=REPO, text=True,
+                                  env={**os.environ, **env, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+    err = stopped_by_sigterm(validation, lambda: bool(list(scratch.glob("zoo-validate-*/quick-digits/*"))),
+                             "validation fetched no file of the entry")
+    assert validation.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == "error: stopped: zoo received SIGTERM" and "Traceback" not in err, err
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_kind_added_to_the_table_is_exported_validated_fetched_and_documented(published, tmp_path):

@@ -2,9 +2,10 @@
 zoo reaches, and a rank's own scheduling priority (`keep_background_priority`).
 
 Python's default SIGTERM ends zoo at once: a `zoo build` stopped by `kill` would leave its training ranks running
-and its temporary run folder behind. Waiting through `run_stoppable`, the signal is passed on to the child (torchrun
-stops its ranks on it), and once the child has exited zoo raises `StoppedError`, so the with-blocks above it clean up
-as Ctrl-C's KeyboardInterrupt makes them.
+and its temporary run folder behind, a `zoo validate` its scratch folder (hundreds of MB). The command line
+(`stop_on_sigterm`) makes a SIGTERM raise `StoppedError`, so the with-blocks above what it interrupts clean up as
+Ctrl-C's KeyboardInterrupt makes them; waiting through `run_stoppable`, the signal is first passed on to the child
+(torchrun stops its ranks on it), and zoo raises `StoppedError` once the child has exited.
 """
 
 from __future__ import annotations
@@ -18,15 +19,32 @@ import threading
 import time
 from pathlib import Path
 
-from zoo.errors import ZooError
 
 FORWARDED = (signal.SIGTERM,)
 
 
-class StoppedError(ZooError):
-    """zoo was asked to stop (SIGTERM) while a child ran; the child was stopped the same way."""
+class StoppedError(BaseException):
+    """zoo was asked to stop (SIGTERM); a child it waited on was stopped the same way. Not a ZooError, nor an
+    Exception: like KeyboardInterrupt, no handler that turns a failure into a report row or a fallback (`zoo
+    validate`'s failed rebuild, say) holds it up. The command line prints it as it prints a ZooError."""
 
     exit_code = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+
+
+# Set once zoo is stopping: a second SIGTERM (`timeout` passes its own on, a service manager signals every process of
+# the group) must not interrupt the clean-up the first one started.
+_STOPPING = threading.Event()
+
+
+def stop_on_sigterm() -> None:
+    """From now on a SIGTERM raises StoppedError in this process's main thread (the command line's), wherever it
+    is, once; `run_stoppable` passes it on to a child first."""
+    def stop(signum, _frame) -> None:
+        if not _STOPPING.is_set():
+            _STOPPING.set()
+            raise StoppedError(f"stopped: zoo received {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def run_stoppable(command: list[str], what: str, **popen) -> subprocess.CompletedProcess:
@@ -48,6 +66,7 @@ def run_stoppable(command: list[str], what: str, **popen) -> subprocess.Complete
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
     if received:
+        _STOPPING.set()
         raise StoppedError(f"{what} stopped: zoo received {signal.Signals(received[0]).name} and passed it on to "
                            f"`{command[0].rsplit('/', 1)[-1]}`, which exited {returncode}")
     return subprocess.CompletedProcess(command, returncode)

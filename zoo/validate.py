@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from zoo.data import load_dataset
 from zoo.errors import IntegrityError, ObjectNotFoundError, ZooError
 from zoo.evaluate import accuracy
 from zoo.fsutil import plural
+from zoo.processes import StoppedError, stop_on_sigterm
 from zoo.provenance import machine_differences
 from zoo.reproduce import reproduce
 from zoo.store.fetch import fetch, fetch_object
@@ -305,11 +307,17 @@ def validate(names: list[str] | None = None, log=print, rebuild_budget: float | 
             context = multiprocessing.get_context("spawn")
             budget = RebuildBudget(rebuild_budget, context)
             with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(budget,)) as pool:
-                # The longest measurements start first, so the last one does not run alone at the end.
-                submitted = {name: pool.submit(_validate_named, name, Path(tmp), None, reproduce_budget)
-                             for name in sorted(targets, key=measuring_work, reverse=True)}
-                for name in targets:  # rows in the order one process gives them
-                    rows += submitted[name].result()
+                try:
+                    # The longest measurements start first, so the last one does not run alone at the end.
+                    submitted = {name: pool.submit(_validate_in_worker, name, Path(tmp), reproduce_budget)
+                                 for name in sorted(targets, key=measuring_work, reverse=True)}
+                    for name in targets:  # rows in the order one process gives them
+                        rows += submitted[name].result()
+                except BaseException:  # stopped (SIGTERM, Ctrl-C): no entry starts, none goes on, then tmp goes
+                    for worker in multiprocessing.active_children():  # a rebuild's child is stopped with it
+                        worker.terminate()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
     return rows, time.perf_counter() - started
 
 
@@ -327,6 +335,19 @@ _WORKER_BUDGET: RebuildBudget | None = None
 def _worker_init(budget: RebuildBudget) -> None:
     global _WORKER_BUDGET
     _WORKER_BUDGET = budget
+
+
+def _validate_in_worker(name: str, scratch: Path, reproduce_budget: float) -> list[Row]:
+    """One entry in a worker of `validate --jobs`. Terminated by the parent (stopped) while it validates, its
+    with-blocks (a rebuild's worktree) clean up and the worker ends, so it starts no entry already queued for it;
+    idle, it ends at once (Python's default)."""
+    stop_on_sigterm()
+    try:
+        return _validate_named(name, scratch, None, reproduce_budget)
+    except StoppedError:
+        os._exit(StoppedError.exit_code)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _print_err(message: str) -> None:

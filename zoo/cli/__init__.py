@@ -10,6 +10,7 @@ import sys
 from zoo.cli import catalog_cmds, measure_cmds, build_cmds, store_cmds  # noqa: F401, I001
 from zoo.cli.app import app, err, say
 from zoo.errors import ZooError
+from zoo.processes import StoppedError, stop_on_sigterm
 
 
 class _Watched:
@@ -28,9 +29,10 @@ class _Watched:
 
 def main() -> None:
     sys.stdout = watched = _Watched(sys.stdout)
+    stop_on_sigterm()  # `kill`: the with-blocks remove what they made, as after Ctrl-C
     try:
         app(standalone_mode=True)
-    except ZooError as exc:
+    except (ZooError, StoppedError) as exc:
         if "--json" in sys.argv[1:] and not watched.used:  # a caller reading JSON gets JSON, failures included
             print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
         if err.is_terminal:  # a person reads it: wrapped at word boundaries, never inside a command
