@@ -42,7 +42,8 @@ OPTIONAL = ("deepspeed", "horovod", "oneccl_bindings_for_pytorch")
 # the CLI and `import zoo` (command implementations), and fetch (only to make a file no store has).
 LIGHT_ENTRY_POINTS = ("zoo.cli", "zoo", "zoo.store.fetch")  # and every module of the zoo.cli package
 # Per-rank costs a training process pays only when its rank or recipe needs them (every torchrun rank imports the
-# trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow on the tracking rank.
+# trainer): torchao for quantizing recipes, onnxruntime on the exporting rank, mlflow (and its sqlalchemy) on the
+# tracking rank.
 # A federated client holds its data file; only the simulation's virtual clients compute a shard from the (torch) dataset.
 # onnxruntime-training's artifact generator imports torch where installed: a ClientApp needs it in its first round only.
 # A rank imports only its own parallel strategy (DTensor, pipelining and DeepSpeed take ~2 s of CPU to import); the
@@ -51,7 +52,7 @@ LIGHT_ENTRY_POINTS = ("zoo.cli", "zoo", "zoo.store.fetch")  # and every module o
 # `zoo build` (held with both CPUs in the tests) imports transformers (zoo.importer, ~3 s) only for an imported entry
 # and MLflow (~2 s) only for a build that tracked.
 RANK_LAZY = {"zoo.build": ("zoo.importer", "zoo.registry", "mlflow"),
-             "zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow",),
+             "zoo.train.trainer": ("zoo.train.qat", "zoo.train.exports"), "zoo.train.tracking": ("mlflow", "sqlalchemy"),
              "zoo.train.parallel": ("zoo.train.parallel.",),
              "zoo.models.cnn": ("torch.distributed.tensor",), "zoo.models.bert": ("torch.distributed.tensor",),
              "zoo.train.checkpoint": ("torch.distributed.checkpoint",), "zoo.train.entry": ("zoo.train.launch",),

@@ -196,7 +196,7 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     """`zoo reproduce` (and validation's reproduce rows): the card's commit rebuilt in a temporary worktree gives
     every file's sha256, full, and the same bytes on the same machine; the temporary worktrees leave nothing behind
     (the first rebuild once made the tracking store's experiment with its files in its worktree, deleted after it:
-    the second rebuild's run wrote them there again)."""
+    the second rebuild's run wrote them there again), nor in the user's $ZOO_HOME."""
     env, _ = _copy(published, tmp_path)
     scratch = tmp_path / "scratch"  # the commands' temporary folders
     scratch.mkdir()
@@ -220,6 +220,7 @@ def test_reproduce_rebuilds_the_recorded_commit(published, tmp_path):
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert f"card    {card.variants['fp32'].sha256}" in cli.stdout and f"rebuilt {card.variants['fp32'].sha256}" in cli.stdout
     assert [p.name for p in scratch.iterdir() if p.name.startswith("zoo-")] == []  # torchrun's own logs aside
+    assert not (tmp_path / "home" / "mlflow.db").exists()  # a rebuild's tracking store is its own, removed with it
 
 
 def test_validation_stopped_by_sigterm_says_so_and_leaves_nothing_behind(published, tmp_path):

@@ -2,7 +2,11 @@
 every file's sha256 with the card's (the maintainers' publishing check, runnable by anyone).
 
 Bytes are promised only for the same CPU features and library versions as the card's build; the result says
-whether those match, so a difference can be told apart from a broken promise.
+whether those match, so a difference can be told apart from a broken promise. The rebuild is a check, not one of
+the user's training runs: its $ZOO_HOME (tracking store, cache, imports) is temporary too, only the prepared
+datasets are shared. A commit's own tracking code may keep its experiment's files in the folder it ran in (MLflow's
+./mlruns, before zoo.train.tracking artifact_location): in the user's store that experiment would send every later
+run's files into the deleted worktree.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 from zoo.cards import CARD_FILE, ModelCard, load_card
 from zoo.catalog import Entry
-from zoo.config import REPO_ROOT
+from zoo.config import REPO_ROOT, data_dir
 from zoo.errors import ZooError
 from zoo.processes import run_stoppable
 from zoo.provenance import commit_available, machine_differences
@@ -113,7 +117,8 @@ def reproduce(entry: Entry, log=print, scratch: Path | None = None) -> Reproduct
     expected = card_files(entry)
     with tempfile.TemporaryDirectory(prefix=f"zoo-reproduce-{entry.name}-", dir=scratch) as tmp, \
             card_worktree(t.git_commit, Path(tmp) / "src") as worktree:
-        env = {**os.environ, "PYTHONPATH": str(worktree)}
+        env = {**os.environ, "PYTHONPATH": str(worktree), "ZOO_HOME": str(Path(tmp) / "home"),
+               "ZOO_DATA_DIR": str(data_dir())}
         in_catalog = entry.dir.resolve().is_relative_to((REPO_ROOT / "zoo" / "entries").resolve())
         if in_catalog:  # the card as it was at that commit, in the worktree's own catalog
             env.pop("ZOO_ENTRIES", None)
